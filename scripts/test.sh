@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test: the unit and integration tests (ctest), then each
+# libFuzzer target for a bounded time (STRATA_FUZZ_SECONDS, default 60) on a clang build.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/scripts/build.sh"
+build="${STRATA_BUILD_DIR:-$root/build}"
+(cd "$build" && ctest --output-on-failure --parallel "$(nproc)")
+
+fuzz_build="$root/build-fuzz"
+if [[ ! -f "$fuzz_build/CMakeCache.txt" ]]; then
+  CC=clang CXX=clang++ cmake -S "$root" -B "$fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DSTRATA_FUZZ=ON -DSTRATA_TESTS=OFF -DSTRATA_BENCH=OFF -DSTRATA_CUDA=OFF >/dev/null
+fi
+cmake --build "$fuzz_build" --parallel "$(nproc)"
+seconds="${STRATA_FUZZ_SECONDS:-60}"
+for fuzzer in "$fuzz_build"/fuzz_*; do
+  [[ -x "$fuzzer" ]] || continue
+  name="$(basename "$fuzzer")"
+  corpus="$root/fuzz/corpus/${name#fuzz_}"
+  work="$(mktemp -d)"
+  echo "fuzz: $name for ${seconds}s (seed corpus: ${corpus#$root/})"
+  "$fuzzer" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
+    "$work" "$corpus" 2>&1 | tail -n 12
+  rm -rf "$work"
+done
+echo "fuzz: all targets ran clean"

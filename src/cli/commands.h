@@ -1,0 +1,11 @@
+// Each subcommand lives in its own cmd_NAME.cpp and adds itself to the app here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace strata::cli {
+
+void add_inspect_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
+
+}  // namespace strata::cli

@@ -1,0 +1,29 @@
+// strata: one binary, one subcommand per job.
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "util/cpu.h"
+#include "util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata: runs Mixture-of-Experts models larger than memory"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", [] {
+    return std::string("strata 0.1.0 (cpu: ") + strata::cpu_features().describe() + ")";
+  });
+  strata::cli::add_inspect_command(app);
+  strata::cli::add_synth_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const strata::Error& e) {
+    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,67 @@
+// The kernel table of one weight format: scalar reference kernels (the definition of what the
+// format means) and the fast kernels picked at run time, which the tests check against them.
+//
+// A dot product multiplies one weight row by an activation vector prepared once per mat-vec in
+// the format's activation layout (fp32, Q8_0 or Q8_K blocks, as ggml pairs them).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/types.h"
+#include "util/rng.h"
+
+namespace strata::quant {
+
+enum class ActFormat { F32, Q8_0, Q8_K };
+
+struct FormatKernels {
+  Type type;
+  ActFormat act;
+
+  // Scalar reference: n elements (a multiple of the block size) from blocks to fp32.
+  void (*dequantize)(const void* blocks, float* out, int64_t n);
+  // Round-trip quantizer (fp32 -> blocks), null where strata has none for the format.
+  void (*quantize)(const float* in, void* blocks, int64_t n);
+  // Fills nblocks with valid blocks: finite, sane scales, every code path of the format used.
+  // Values dequantize to roughly unit scale (|x| <~ 2), callers scale tensors themselves.
+  void (*random_blocks)(Rng& rng, void* blocks, int64_t nblocks);
+
+  // Scalar reference dot product of n weights with an activation in layout `act`.
+  float (*dot_ref)(const void* weights, const void* act, int64_t n);
+  // AVX2+FMA+F16C kernel, null if the format has none; equals dot_ref within dot_tolerance.
+  float (*dot_avx2)(const void* weights, const void* act, int64_t n);
+  // Relative bound |fast - ref| <= dot_tolerance * sum_i |w_i * a_i|; 0 means bitwise equal.
+  float dot_tolerance;
+};
+
+// The table for a weight format; throws strata::Error for a type without kernels.
+const FormatKernels& kernels(Type t);
+bool has_kernels(Type t);
+
+// Activation layouts ----------------------------------------------------------------------------
+
+// Bytes an activation of n elements takes in the given layout (n a multiple of its block).
+size_t act_bytes(ActFormat f, int64_t n);
+int64_t act_block_elems(ActFormat f);
+// Prepares an activation: copies (F32) or quantizes x into out. Scalar reference and AVX2 path
+// produce identical bytes.
+void quantize_act(ActFormat f, const float* x, void* out, int64_t n);
+void quantize_act_ref(ActFormat f, const float* x, void* out, int64_t n);
+
+// Dispatch ----------------------------------------------------------------------------------------
+
+// The dot kernel this process uses for t (fast if the CPU allows, else the reference).
+using DotFn = float (*)(const void* weights, const void* act, int64_t n);
+DotFn dot_kernel(Type t);
+
+// y[r] = W[r,:] . x for rows [0, rows); W rows are row_stride bytes apart; cols a multiple of the
+// format's block and of the activation block. `act_scratch` must hold act_bytes(kernels(t).act,
+// cols). Single-threaded; callers split rows over threads.
+void matvec(Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols, const float* x,
+            float* y, void* act_scratch);
+
+// Dequantizes n elements of any weight format (FP32/F16/BF16 included) with the reference kernel.
+void dequantize(Type t, const void* blocks, float* out, int64_t n);
+
+}  // namespace strata::quant
