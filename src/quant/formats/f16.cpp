@@ -1,0 +1,39 @@
+// F16 weights: IEEE binary16, widened exactly to fp32 and dotted with an fp32 activation.
+#include "quant/formats/blocks.h"
+#include "quant/formats/formats.h"
+
+namespace strata::quant {
+
+namespace {
+
+void dequantize(const void* blocks, float* out, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(blocks);
+  for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
+}
+
+void quantize(const float* in, void* blocks, int64_t n) {
+  auto* h = static_cast<uint16_t*>(blocks);
+  for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_fp16(in[i]);
+}
+
+// Random sign, exponent field 0..15 (zero and subnormals included), random mantissa: |x| < 2.
+void random_blocks(Rng& rng, void* blocks, int64_t n) {
+  auto* h = static_cast<uint16_t*>(blocks);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t r = rng.next_u32();
+    h[i] = uint16_t((r >> 31) << 15 | ((r >> 16) & 0xf) << 10 | (r & 0x3ff));
+  }
+}
+
+float dot_ref(const void* w, const void* a, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(w);
+  return dot_lanes32([h](int64_t i) { return fp16_to_fp32(h[i]); }, static_cast<const float*>(a),
+                     n);
+}
+
+}  // namespace
+
+const FormatKernels kF16Kernels = {Type::F16, ActFormat::F32, dequantize, quantize, random_blocks,
+                                   dot_ref, nullptr, 0.0f};
+
+}  // namespace strata::quant
