@@ -11,10 +11,11 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -96,6 +97,17 @@ struct TensorInfo {
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 constexpr uint32_t kVersion = 3;
 constexpr size_t kDefaultAlignment = 32;
+// Longest tensor name, in bytes: ggml keeps names in char[GGML_MAX_NAME = 64] with a NUL, so a
+// longer name would make the file unreadable by llama.cpp. Both Reader and Writer enforce it.
+constexpr size_t kMaxTensorName = 63;
+constexpr int kMaxDims = 4;
+// Deepest nesting of arrays inside arrays the Reader accepts (1 = a plain array).
+constexpr int kMaxArrayDepth = 8;
+
+// Checks a tensor shape against its type (1..kMaxDims dims, each > 0, element count within
+// int64, ne[0] a multiple of the type's block) and returns the tensor's size in bytes. Throws
+// strata::Error saying what is wrong; callers prefix the file and tensor name.
+uint64_t tensor_nbytes(quant::Type type, const std::vector<int64_t>& shape);
 
 class Reader {
  public:
@@ -133,6 +145,7 @@ class Reader {
  private:
   Reader() = default;
   void parse();
+  void check_tensor_data();
 
   std::string path_;
   const uint8_t* base_ = nullptr;
@@ -143,37 +156,53 @@ class Reader {
   uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, Value>> metadata_;
   std::vector<TensorInfo> tensors_;
+  // Views into the names held by metadata_ / tensors_, which never reallocate after parse().
+  std::unordered_map<std::string_view, size_t> key_index_;
+  std::unordered_map<std::string_view, size_t> tensor_index_;
 };
 
 class Writer {
  public:
+  // An alignment other than the default is recorded as general.alignment (u32).
   explicit Writer(std::string path, size_t alignment = kDefaultAlignment);
   ~Writer();  // removes the partial file if finish() was not reached
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
 
-  void set(std::string key, Value value);  // replaces an existing key
+  // Replaces an existing key in place (insertion order is kept). Setting general.alignment (u32,
+  // a power of two) changes the alignment. Only before begin_data().
+  void set(std::string key, Value value);
   // Declares a tensor; its size follows from type and shape (ne[0] must be a multiple of the
   // type's block). Names must be unique.
   void add_tensor(std::string name, quant::Type type, std::vector<int64_t> shape);
 
   // Writes header and tensor table; after this only tensor data may be written.
   void begin_data();
-  // Appends bytes of the current tensor (declaration order); a tensor may come in many chunks.
+  // Appends bytes of the current tensor (declaration order); a tensor may come in many chunks of
+  // any size, but one chunk never spans two tensors. The padding after a complete tensor is
+  // written here, so the caller only ever supplies tensor bytes.
   void write(const void* data, size_t nbytes);
-  // Checks every tensor got exactly its bytes, flushes and moves the file into place.
+  // Checks every tensor got exactly its bytes, flushes, fsyncs and renames PATH.tmp to PATH.
+  // Calls begin_data() first if it was not called (a file of metadata only).
   void finish();
 
+  // Size of the data section: every tensor padded to the alignment.
   uint64_t total_data_bytes() const;
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
 
  private:
+  void put(const void* data, size_t nbytes);
+  void flush_buffer();
+  void pad_to_alignment();
+
   std::string path_;
   std::string tmp_path_;
   size_t alignment_;
   std::vector<std::pair<std::string, Value>> metadata_;
   std::vector<TensorInfo> tensors_;
-  FILE* file_ = nullptr;
+  std::unordered_set<std::string> names_;
+  int fd_ = -1;
+  std::vector<uint8_t> buffer_;  // pending bytes; large chunks bypass it
   bool data_started_ = false;
   bool finished_ = false;
   size_t current_ = 0;           // tensor being written
