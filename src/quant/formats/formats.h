@@ -17,5 +17,10 @@ extern const FormatKernels kQ4_KKernels;
 extern const FormatKernels kQ5_KKernels;
 extern const FormatKernels kQ6_KKernels;
 // IQ formats and FP8
+extern const FormatKernels kIQ2_XXSKernels;
+extern const FormatKernels kIQ2_XSKernels;
+extern const FormatKernels kIQ3_XXSKernels;
+extern const FormatKernels kIQ4_XSKernels;
+extern const FormatKernels kFP8_E4M3_B128Kernels;
 
 }  // namespace strata::quant

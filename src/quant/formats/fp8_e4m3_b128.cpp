@@ -1,0 +1,115 @@
+// FP8_E4M3_B128 (strata type 1024): conversions, quantizers, scalar reference and kernel table.
+//
+// The dot product (F32 activation) is defined with a fixed evaluation order that the AVX2 kernel
+// reproduces exactly: within a block, element j goes to partial sum j % 32 by fused multiply-add;
+// the block adds lane l of eight row lanes as fma(scale, (p[l] + p[l+8]) + (p[l+16] + p[l+24]),
+// lane[l]); the row result is ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "quant/formats/formats.h"
+#include "quant/fp8.h"
+
+namespace strata::quant {
+
+float dot_fp8_e4m3_b128_avx2(const void* weights, const void* act, int64_t n);
+
+uint8_t float_to_e4m3(float v) {
+  const uint32_t bits = std::bit_cast<uint32_t>(v);
+  const auto sign = uint8_t((bits >> 24) & 0x80);
+  const float a = std::fabs(v);
+  if (std::isnan(a)) return 0x7F;
+  if (!(a < kE4M3Max)) return sign | 0x7E;
+  if (a < 0x1p-6f) {
+    // Subnormal range, steps of 2^-9: round a * 512 (exact) to an integer, ties to even. 8 is
+    // the code of 2^-6, the smallest normal, so rounding up into it needs no special case.
+    const float f = a * 512.0f;
+    auto q = uint8_t(f);
+    const float rem = f - float(q);
+    if (rem > 0.5f || (rem == 0.5f && (q & 1))) ++q;
+    return sign | q;
+  }
+  // Round the fp32 mantissa to 3 bits, ties to even (a carry moves into the exponent), then
+  // rebias the exponent from 127 to 7. a < 448 never rounds past 0x7E.
+  const uint32_t mag = bits & 0x7FFFFFFFu;
+  const uint32_t rounded = (mag + 0x7FFFFu + ((mag >> 20) & 1)) >> 20;
+  return sign | uint8_t(rounded - (120u << 3));
+}
+
+namespace {
+
+float tile_scale(float amax) { return amax > 0.0f ? amax / kE4M3Max : 1.0f; }
+
+void encode_block(const float* in, float scale, BlockFP8& out) {
+  out.scale = scale;
+  for (int64_t j = 0; j < kFP8BlockElems; ++j) out.q[j] = float_to_e4m3(in[j] / scale);
+}
+
+void dequantize(const void* blocks, float* out, int64_t n) {
+  const auto* b = static_cast<const BlockFP8*>(blocks);
+  for (int64_t i = 0; i < n / kFP8BlockElems; ++i)
+    for (int64_t j = 0; j < kFP8BlockElems; ++j) *out++ = b[i].scale * e4m3_to_float(b[i].q[j]);
+}
+
+// One row on its own: every block is a 1x128 tile with its own scale.
+void quantize(const float* in, void* blocks, int64_t n) {
+  auto* b = static_cast<BlockFP8*>(blocks);
+  for (int64_t i = 0; i < n / kFP8BlockElems; ++i) {
+    const float* x = in + i * kFP8BlockElems;
+    float amax = 0.0f;
+    for (int64_t j = 0; j < kFP8BlockElems; ++j) amax = std::max(amax, std::fabs(x[j]));
+    encode_block(x, tile_scale(amax), b[i]);
+  }
+}
+
+void random_blocks(Rng& rng, void* blocks, int64_t nblocks) {
+  auto* b = static_cast<BlockFP8*>(blocks);
+  for (int64_t i = 0; i < nblocks; ++i) {
+    b[i].scale = rng.uniform(0.5f, 1.0f) * (2.0f / kE4M3Max);
+    for (auto& q : b[i].q) {
+      do q = uint8_t(rng.next() >> 56);
+      while ((q & 0x7F) == 0x7F);  // the NaN codes
+    }
+  }
+}
+
+float dot_ref(const void* weights, const void* act, int64_t n) {
+  const auto* b = static_cast<const BlockFP8*>(weights);
+  const auto* x = static_cast<const float*>(act);
+  float lane[8] = {};
+  for (int64_t i = 0; i < n / kFP8BlockElems; ++i, x += kFP8BlockElems) {
+    float p[32] = {};
+    for (int j = 0; j < kFP8BlockElems; ++j) p[j % 32] = std::fma(e4m3_to_float(b[i].q[j]), x[j], p[j % 32]);
+    for (int l = 0; l < 8; ++l)
+      lane[l] = std::fma(b[i].scale, (p[l] + p[l + 8]) + (p[l + 16] + p[l + 24]), lane[l]);
+  }
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
+}  // namespace
+
+void quantize_fp8_e4m3_b128_2d(const float* src, int64_t rows, int64_t cols, void* dst) {
+  auto* out = static_cast<BlockFP8*>(dst);
+  const int64_t tiles_per_row = cols / kFP8BlockElems;
+  for (int64_t r0 = 0; r0 < rows; r0 += kFP8BlockElems) {
+    const int64_t r1 = std::min(rows, r0 + kFP8BlockElems);
+    for (int64_t t = 0; t < tiles_per_row; ++t) {
+      float amax = 0.0f;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t j = 0; j < kFP8BlockElems; ++j)
+          amax = std::max(amax, std::fabs(src[r * cols + t * kFP8BlockElems + j]));
+      const float scale = tile_scale(amax);
+      for (int64_t r = r0; r < r1; ++r)
+        encode_block(src + r * cols + t * kFP8BlockElems, scale, out[r * tiles_per_row + t]);
+    }
+  }
+}
+
+const FormatKernels kFP8_E4M3_B128Kernels = {
+    Type::FP8_E4M3_B128, ActFormat::F32, dequantize, quantize, random_blocks,
+    dot_ref,             dot_fp8_e4m3_b128_avx2, 0.0f,
+};
+
+}  // namespace strata::quant
