@@ -1,10 +1,12 @@
 // Activation layouts: fp32 as is, or quantized to ggml's block_q8_0 / block_q8_K once per mat-vec.
 //
 // Quantization rule, shared bit for bit with act_avx2.cpp: amax = max |x| over the block (taken on
-// the bit patterns, so the result does not depend on the order of a SIMD reduction), d = amax / 127,
-// id = d != 0 ? 1 / d : 0, v = x * id clamped to [-127, 127] (maxps/minps semantics, so a nan maps
-// to -127), then rounded to nearest, ties to even. q is therefore always in [-127, 127].
+// the bit patterns, so the result does not depend on the order of a SIMD reduction), d = amax / 127;
+// a block with d below FLT_MIN (zero, tiny, or holding a nan) becomes d = 0 and all-zero codes, as
+// 1 / d would overflow; otherwise v = x * (1 / d) clamped to [-127, 127] (maxps/minps semantics)
+// and rounded to nearest, ties to even. q is therefore always in [-127, 127].
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 
@@ -25,7 +27,11 @@ float quantize_block(const float* x, int8_t* q, int n) {
     if (b > amax_bits) amax_bits = b;
   }
   const float d = std::bit_cast<float>(amax_bits) / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  if (!(d >= FLT_MIN)) {
+    std::memset(q, 0, size_t(n));
+    return 0.0f;
+  }
+  const float id = 1.0f / d;
   for (int i = 0; i < n; ++i) {
     float v = x[i] * id;
     v = v > -127.0f ? v : -127.0f;

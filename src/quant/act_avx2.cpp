@@ -1,6 +1,7 @@
 // AVX2 activation quantization: the rule of act.cpp, same bytes (see the comment there).
 #include <immintrin.h>
 
+#include <cfloat>
 #include <cstring>
 
 #include "quant/formats/blocks.h"
@@ -22,7 +23,11 @@ float quantize_block(const float* x, int8_t* q, int n) {
   const float amax = _mm_cvtss_f32(_mm_castsi128_ps(h));
 
   const float d = amax / 127.0f;
-  const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+  if (!(d >= FLT_MIN)) {
+    std::memset(q, 0, size_t(n));
+    return 0.0f;
+  }
+  const __m256 id = _mm256_set1_ps(1.0f / d);
   const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int i = 0; i < n; i += 32) {

@@ -67,6 +67,6 @@ float dot_ref(const void* w, const void* a, int64_t n) {
 }  // namespace
 
 const FormatKernels kQ2_KKernels = {Type::Q2_K, ActFormat::Q8_K, dequantize, nullptr,
-                                    random_blocks, dot_ref, nullptr, 0.0f};
+                                    random_blocks, dot_ref, dot_q2_k_avx2, 0.0f};
 
 }  // namespace strata::quant
