@@ -40,7 +40,7 @@ TEST(ThreadPool, EveryTaskRunsExactlyOnceOverManyRounds) {
       ASSERT_EQ(pool.size(), threads);
       std::vector<std::atomic<int>> hits(257);
       int64_t expected_total = 0;
-      for (int round = 0; round < 2000; ++round) {
+      for (int round = 0; round < 1000; ++round) {
         const int64_t n = round % 258;  // includes 0, 1 and fewer tasks than threads
         pool.parallel_for(n, [&](int64_t i) { hits[size_t(i)].fetch_add(1); });
         expected_total += n;
