@@ -9,6 +9,8 @@ namespace strata::quant {
 
 namespace {
 
+constexpr int kSuperBlock = 256;
+
 int round_clamp(float v, int lo, int hi) {
   return std::clamp(int(std::nearbyint(v)), lo, hi);
 }
@@ -88,38 +90,41 @@ float fit_group_symmetric(const float* x, const float* w, int n, int nmax) {
 
 }  // namespace
 
-void fit_scale_min_k4(const float* x, int nmax, uint8_t* q, uint16_t* d, uint16_t* dmin,
-                      uint8_t* scales) {
-  float a[8], m[8];
-  for (int s = 0; s < 8; ++s) {
-    const float* g = x + 32 * s;
+void fit_affine(const float* x, int groups, int nmax, int smax, uint8_t* q, uint16_t* d,
+                uint16_t* dmin, uint8_t* sc, uint8_t* m) {
+  const int n = kSuperBlock / groups;
+  float a[16], mn[16];
+  for (int s = 0; s < groups; ++s) {
+    const float* g = x + n * s;
     float sum2 = 0.0f;
-    for (int i = 0; i < 32; ++i) sum2 += g[i] * g[i];
-    const float rms = std::sqrt(sum2 / 32.0f);
+    for (int i = 0; i < n; ++i) sum2 += g[i] * g[i];
+    const float rms = std::sqrt(sum2 / float(n));
     float w[32];
-    for (int i = 0; i < 32; ++i) w[i] = rms + std::fabs(g[i]);
-    fit_group_affine(g, w, 32, nmax, &a[s], &m[s]);
+    for (int i = 0; i < n; ++i) w[i] = rms + std::fabs(g[i]);
+    fit_group_affine(g, w, n, nmax, &a[s], &mn[s]);
   }
-  const float amax = *std::max_element(a, a + 8), mmax = *std::max_element(m, m + 8);
-  *d = fp32_to_fp16(amax / 63.0f);
-  *dmin = fp32_to_fp16(mmax / 63.0f);
+  const float amax = *std::max_element(a, a + groups), mmax = *std::max_element(mn, mn + groups);
+  *d = fp32_to_fp16(amax / float(smax));
+  *dmin = fp32_to_fp16(mmax / float(smax));
   const float df = fp16_to_fp32(*d), dminf = fp16_to_fp32(*dmin);
-  uint8_t sc[8], mn[8];
-  for (int s = 0; s < 8; ++s) {
-    sc[s] = uint8_t(df > 0.0f ? round_clamp(a[s] / df, 0, 63) : 0);
-    mn[s] = uint8_t(dminf > 0.0f ? round_clamp(m[s] / dminf, 0, 63) : 0);
-    const float step = df * sc[s], off = dminf * mn[s];
-    for (int i = 0; i < 32; ++i)
-      q[32 * s + i] = uint8_t(step > 0.0f ? round_clamp((x[32 * s + i] + off) / step, 0, nmax) : 0);
-  }
-  for (int j = 0; j < 4; ++j) {
-    scales[j] = uint8_t((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
-    scales[j + 4] = uint8_t((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
-    scales[j + 8] = uint8_t((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+  for (int s = 0; s < groups; ++s) {
+    sc[s] = uint8_t(df > 0.0f ? round_clamp(a[s] / df, 0, smax) : 0);
+    m[s] = uint8_t(dminf > 0.0f ? round_clamp(mn[s] / dminf, 0, smax) : 0);
+    const float step = df * sc[s], off = dminf * m[s];
+    for (int i = 0; i < n; ++i)
+      q[n * s + i] = uint8_t(step > 0.0f ? round_clamp((x[n * s + i] + off) / step, 0, nmax) : 0);
   }
 }
 
-void fit_symmetric_16(const float* x, int nmax, int8_t* q, uint16_t* d, int8_t* sc) {
+void pack_scale_min_k4(const uint8_t* sc, const uint8_t* m, uint8_t* packed) {
+  for (int j = 0; j < 4; ++j) {
+    packed[j] = uint8_t((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    packed[j + 4] = uint8_t((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+    packed[j + 8] = uint8_t((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+  }
+}
+
+void fit_symmetric(const float* x, int nmax, int smax, int8_t* q, uint16_t* d, int8_t* sc) {
   float a[16];
   float amax = 0.0f;
   for (int s = 0; s < 16; ++s) {
@@ -128,12 +133,12 @@ void fit_symmetric_16(const float* x, int nmax, int8_t* q, uint16_t* d, int8_t* 
     a[s] = fit_group_symmetric(x + 16 * s, w, 16, nmax);
     if (std::fabs(a[s]) > std::fabs(amax)) amax = a[s];
   }
-  // The largest scale maps to -128 (the wider int8 side); d carries the sign.
-  const float iscale = amax != 0.0f ? -128.0f / amax : 0.0f;
+  // The largest scale maps to -smax (the wider side); d carries the sign.
+  const float iscale = amax != 0.0f ? -float(smax) / amax : 0.0f;
   *d = fp32_to_fp16(iscale != 0.0f ? 1.0f / iscale : 0.0f);
   const float df = fp16_to_fp32(*d);
   for (int s = 0; s < 16; ++s) {
-    sc[s] = int8_t(round_clamp(iscale * a[s], -128, 127));
+    sc[s] = int8_t(round_clamp(iscale * a[s], -smax, smax - 1));
     const float step = df * sc[s];
     for (int i = 0; i < 16; ++i)
       q[16 * s + i] =

@@ -6,7 +6,10 @@
 // Reference dot: per super-block the exact integer sums S = sum_s sc_s * sum_{e in s} q_e a_e and
 // M = sum_s m_s * bsums_s; lane b % 8 takes fma(d * d_a, S, lane) then fma(-(dmin * d_a), M, lane);
 // the lanes are reduced by reduce8.
+#include <cstring>
+
 #include "quant/formats/blocks.h"
+#include "quant/formats/fit.h"
 #include "quant/formats/formats.h"
 
 namespace strata::quant {
@@ -29,6 +32,20 @@ void dequantize(const void* blocks, float* out, int64_t n) {
     for (int s = 0; s < 16; ++s) {
       const float dl = d * (x[b].scales[s] & 0xF), ml = dmin * (x[b].scales[s] >> 4);
       for (int l = 0; l < 16; ++l) out[16 * s + l] = dl * q[16 * s + l] - ml;
+    }
+  }
+}
+
+void quantize(const float* in, void* blocks, int64_t n) {
+  auto* y = static_cast<BlockQ2_K*>(blocks);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    uint8_t q[kQK_K], sc[16], m[16];
+    fit_affine(in + b * kQK_K, 16, 3, 15, q, &y[b].d, &y[b].dmin, sc, m);
+    for (int s = 0; s < 16; ++s) y[b].scales[s] = uint8_t(sc[s] | (m[s] << 4));
+    std::memset(y[b].qs, 0, sizeof(y[b].qs));
+    for (int e = 0; e < kQK_K; ++e) {
+      const int h = e / 128, j = (e / 32) % 4, k = (e / 16) % 2, l = e % 16;
+      y[b].qs[32 * h + 16 * k + l] |= uint8_t(q[e] << (2 * j));
     }
   }
 }
@@ -66,7 +83,7 @@ float dot_ref(const void* w, const void* a, int64_t n) {
 
 }  // namespace
 
-const FormatKernels kQ2_KKernels = {Type::Q2_K, ActFormat::Q8_K, dequantize, nullptr,
+const FormatKernels kQ2_KKernels = {Type::Q2_K, ActFormat::Q8_K, dequantize, quantize,
                                     random_blocks, dot_ref, dot_q2_k_avx2, 0.0f};
 
 }  // namespace strata::quant

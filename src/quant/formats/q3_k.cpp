@@ -5,7 +5,10 @@
 //
 // Reference dot: per super-block the exact integer S = sum_s sc_s * sum_{e in s} q_e a_e; lane
 // b % 8 takes fma(d * d_a, S, lane); the lanes are reduced by reduce8.
+#include <cstring>
+
 #include "quant/formats/blocks.h"
+#include "quant/formats/fit.h"
 #include "quant/formats/formats.h"
 
 namespace strata::quant {
@@ -31,6 +34,28 @@ void dequantize(const void* blocks, float* out, int64_t n) {
     for (int s = 0; s < 16; ++s) {
       const float dl = d * sc[s];
       for (int l = 0; l < 16; ++l) out[16 * s + l] = dl * q[16 * s + l];
+    }
+  }
+}
+
+void quantize(const float* in, void* blocks, int64_t n) {
+  auto* y = static_cast<BlockQ3_K*>(blocks);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    int8_t q[kQK_K], sc[16];
+    fit_symmetric(in + b * kQK_K, 4, 32, q, &y[b].d, sc);
+    std::memset(y[b].scales, 0, sizeof(y[b].scales));
+    for (int j = 0; j < 16; ++j) {
+      const int v = sc[j] + 32;
+      y[b].scales[j % 8] |= uint8_t((v & 0xF) << (4 * (j / 8)));
+      y[b].scales[8 + j % 4] |= uint8_t((v >> 4) << (2 * (j / 4)));
+    }
+    std::memset(y[b].hmask, 0, sizeof(y[b].hmask));
+    std::memset(y[b].qs, 0, sizeof(y[b].qs));
+    for (int e = 0; e < kQK_K; ++e) {
+      const int h = e / 128, j = (e / 32) % 4, k = (e / 16) % 2, l = e % 16;
+      const bool high = q[e] >= 0;  // q = low when the high bit is set, low - 4 otherwise
+      y[b].qs[32 * h + 16 * k + l] |= uint8_t((high ? q[e] : q[e] + 4) << (2 * j));
+      y[b].hmask[16 * k + l] |= uint8_t(high << (4 * h + j));
     }
   }
 }
@@ -66,7 +91,7 @@ float dot_ref(const void* w, const void* a, int64_t n) {
 
 }  // namespace
 
-const FormatKernels kQ3_KKernels = {Type::Q3_K, ActFormat::Q8_K, dequantize, nullptr,
+const FormatKernels kQ3_KKernels = {Type::Q3_K, ActFormat::Q8_K, dequantize, quantize,
                                     random_blocks, dot_ref, dot_q3_k_avx2, 0.0f};
 
 }  // namespace strata::quant

@@ -34,8 +34,9 @@ void dequantize(const void* blocks, float* out, int64_t n) {
 void quantize(const float* in, void* blocks, int64_t n) {
   auto* y = static_cast<BlockQ5_K*>(blocks);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    uint8_t q[kQK_K];
-    fit_scale_min_k4(in + b * kQK_K, 31, q, &y[b].d, &y[b].dmin, y[b].scales);
+    uint8_t q[kQK_K], sc[8], m[8];
+    fit_affine(in + b * kQK_K, 8, 31, 63, q, &y[b].d, &y[b].dmin, sc, m);
+    pack_scale_min_k4(sc, m, y[b].scales);
     for (int l = 0; l < 32; ++l) y[b].qh[l] = 0;
     for (int j = 0; j < 4; ++j)
       for (int l = 0; l < 32; ++l) {

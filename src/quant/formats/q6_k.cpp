@@ -36,7 +36,7 @@ void quantize(const float* in, void* blocks, int64_t n) {
   auto* y = static_cast<BlockQ6_K*>(blocks);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     int8_t q[kQK_K];
-    fit_symmetric_16(in + b * kQK_K, 32, q, &y[b].d, y[b].scales);
+    fit_symmetric(in + b * kQK_K, 32, 128, q, &y[b].d, y[b].scales);
     for (int i = 0; i < 128; ++i) y[b].ql[i] = 0;
     for (int i = 0; i < 64; ++i) y[b].qh[i] = 0;
     for (int e = 0; e < kQK_K; ++e) {
