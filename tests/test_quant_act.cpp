@@ -42,7 +42,7 @@ TEST(QuantAct, Q8_KByHand) {
   // amax = 127 -> d = 1: codes are x rounded; bsums add groups of 16.
   std::vector<float> x(256, 0.0f);
   for (int i = 0; i < 16; ++i) x[i] = 1.0f;  // group 0 sums to 16
-  x[16] = -127.0f;                            // group 1: -127 + 2.5 -> -127 + 2 = -125
+  x[16] = -127.0f;                           // group 1: -127 + 2.5 -> -127 + 2 = -125
   x[17] = 2.5f;
   x[255] = 3.49f;  // group 15: 3
   BlockQ8_K b;

@@ -80,10 +80,10 @@ TEST_P(QuantRmse, GaussianData) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantRmse,
-                         ::testing::Values(RmseCase{Type::Q8_0, 0.0095}, RmseCase{Type::Q4_0, 0.145},
-                                           RmseCase{Type::Q4_K, 0.105}, RmseCase{Type::Q5_K, 0.053},
-                                           RmseCase{Type::Q6_K, 0.029}, RmseCase{Type::Q2_K, 0.36},
-                                           RmseCase{Type::Q3_K, 0.235}),
+                         ::testing::Values(RmseCase{Type::Q8_0, 0.0095},
+                                           RmseCase{Type::Q4_0, 0.145}, RmseCase{Type::Q4_K, 0.105},
+                                           RmseCase{Type::Q5_K, 0.053}, RmseCase{Type::Q6_K, 0.029},
+                                           RmseCase{Type::Q2_K, 0.36}, RmseCase{Type::Q3_K, 0.235}),
                          [](const auto& info) { return std::string(type_name(info.param.type)); });
 
 // Values a format can represent exactly come back close: dequantize random blocks, quantize the
@@ -103,7 +103,8 @@ TEST_P(QuantRequantize, RandomBlocks) {
 INSTANTIATE_TEST_SUITE_P(Formats, QuantRequantize,
                          ::testing::Values(RmseCase{Type::Q8_0, 0.004}, RmseCase{Type::Q4_0, 0.028},
                                            RmseCase{Type::Q4_K, 0.013}, RmseCase{Type::Q5_K, 0.012},
-                                           RmseCase{Type::Q6_K, 0.0095}, RmseCase{Type::Q2_K, 0.032},
+                                           RmseCase{Type::Q6_K, 0.0095},
+                                           RmseCase{Type::Q2_K, 0.032},
                                            RmseCase{Type::Q3_K, 0.016}),
                          [](const auto& info) { return std::string(type_name(info.param.type)); });
 

@@ -29,7 +29,7 @@ TEST(QuantVectors, F16AndBF16) {
 
 TEST(QuantVectors, Q8_0) {
   BlockQ8_0 b{};
-  b.d = 0x3800;  // 0.5
+  b.d = 0x3800;    // 0.5
   b.qs[0] = 1;     // 0.5
   b.qs[1] = -128;  // -64
   b.qs[2] = 127;   // 63.5
@@ -44,7 +44,7 @@ TEST(QuantVectors, Q8_0) {
 
 TEST(QuantVectors, Q4_0) {
   BlockQ4_0 b;
-  b.d = 0xC000;  // -2.0
+  b.d = 0xC000;                           // -2.0
   std::memset(b.qs, 0x88, sizeof(b.qs));  // code 8 = value 0 everywhere else
   b.qs[0] = 0x1F;  // element 0: low nibble 15 -> (15 - 8) * -2 = -14; element 16: 1 -> 14
   b.qs[5] = 0x80;  // element 5: 0 -> (0 - 8) * -2 = 16; element 21: 8 -> 0
@@ -58,8 +58,8 @@ TEST(QuantVectors, Q4_0) {
 
 TEST(QuantVectors, Q2_K) {
   BlockQ2_K b{};
-  b.d = 0x3C00;     // 1.0
-  b.dmin = 0x3800;  // 0.5
+  b.d = 0x3C00;        // 1.0
+  b.dmin = 0x3800;     // 0.5
   b.scales[0] = 0x21;  // group 0: scale 1, min 2 -> x = q - 1
   b.scales[1] = 0x03;  // group 1: scale 3, min 0 -> x = 3 q
   b.scales[2] = 0xF0;  // group 2: scale 0, min 15 -> x = -7.5
@@ -70,18 +70,18 @@ TEST(QuantVectors, Q2_K) {
   b.qs[16] = 0x02;  // element 16 (k = 1, l = 0, j = 0): code 2
   b.qs[32] = 0x03;  // element 128 (h = 1, j = 0): code 3
   const auto y = deq(Type::Q2_K, &b, 256);
-  EXPECT_EQ(y[0], -1.0f);   // group 0, q = 0
-  EXPECT_EQ(y[1], -1.0f);   // group 0, q = 0
-  EXPECT_EQ(y[16], 6.0f);   // group 1, q = 2
-  EXPECT_EQ(y[32], -7.5f);  // group 2, q = 1, scale 0
-  EXPECT_EQ(y[64], 3.5f);   // group 4, q = 2
-  EXPECT_EQ(y[96], 0.0f);   // group 6 has scale 0 and min 0
-  EXPECT_EQ(y[128], 44.5f); // group 8, q = 3
+  EXPECT_EQ(y[0], -1.0f);    // group 0, q = 0
+  EXPECT_EQ(y[1], -1.0f);    // group 0, q = 0
+  EXPECT_EQ(y[16], 6.0f);    // group 1, q = 2
+  EXPECT_EQ(y[32], -7.5f);   // group 2, q = 1, scale 0
+  EXPECT_EQ(y[64], 3.5f);    // group 4, q = 2
+  EXPECT_EQ(y[96], 0.0f);    // group 6 has scale 0 and min 0
+  EXPECT_EQ(y[128], 44.5f);  // group 8, q = 3
 }
 
 TEST(QuantVectors, Q3_K) {
   BlockQ3_K b{};
-  b.d = 0x3800;  // 0.5
+  b.d = 0x3800;                                 // 0.5
   std::memset(b.hmask, 0xFF, sizeof(b.hmask));  // high bits set: q = low 2 bits
   b.hmask[0] = 0xFE;  // bit 0 of hmask[0] clear: element 0 gets q = low - 4
   // Scales: bytes 8..11 = 0b10'10'10'10 give every scale high bits 2 (= 32, cancelling the
@@ -98,12 +98,12 @@ TEST(QuantVectors, Q3_K) {
   b.qs[16] = 0x01;  // element 16: low 1 -> q = 1
   b.qs[32] = 0x03;  // element 128: low 3, hmask[0] bit 4 set -> q = 3
   const auto y = deq(Type::Q3_K, &b, 256);
-  EXPECT_EQ(y[0], -0.5f);   // 0.5 * 1 * -1
-  EXPECT_EQ(y[1], 0.0f);    // q = 0
-  EXPECT_EQ(y[16], 1.0f);   // 0.5 * 2 * 1 (group 1)
-  EXPECT_EQ(y[32], -27.0f); // 0.5 * -27 * 2 (group 2)
-  EXPECT_EQ(y[128], 4.5f);  // 0.5 * 3 * 3 (group 8)
-  EXPECT_EQ(y[144], 0.0f);  // group 9: scale 0
+  EXPECT_EQ(y[0], -0.5f);    // 0.5 * 1 * -1
+  EXPECT_EQ(y[1], 0.0f);     // q = 0
+  EXPECT_EQ(y[16], 1.0f);    // 0.5 * 2 * 1 (group 1)
+  EXPECT_EQ(y[32], -27.0f);  // 0.5 * -27 * 2 (group 2)
+  EXPECT_EQ(y[128], 4.5f);   // 0.5 * 3 * 3 (group 8)
+  EXPECT_EQ(y[144], 0.0f);   // group 9: scale 0
 }
 
 // Q4_K and Q5_K share the scale packing: byte 0 = 0x42 gives scale 0 = 2 and the high bits (1)
@@ -123,11 +123,11 @@ TEST(QuantVectors, Q4_K) {
   b.qs[0] = 0x7A;   // element 0 (low nibble) q = 10; element 32 (high nibble) q = 7
   b.qs[64] = 0x03;  // element 128 (j = 2, low nibble) q = 3
   const auto y = deq(Type::Q4_K, &b, 256);
-  EXPECT_EQ(y[0], 18.5f);   // 2 * 10 - 1.5
-  EXPECT_EQ(y[1], -1.5f);   // q = 0
-  EXPECT_EQ(y[32], 0.0f);   // group 1: scale 0, min 0
-  EXPECT_EQ(y[128], 62.0f); // 21 * 3 - 1
-  EXPECT_EQ(y[160], 0.0f);  // group 5: scale 0, min 0
+  EXPECT_EQ(y[0], 18.5f);    // 2 * 10 - 1.5
+  EXPECT_EQ(y[1], -1.5f);    // q = 0
+  EXPECT_EQ(y[32], 0.0f);    // group 1: scale 0, min 0
+  EXPECT_EQ(y[128], 62.0f);  // 21 * 3 - 1
+  EXPECT_EQ(y[160], 0.0f);   // group 5: scale 0, min 0
 }
 
 TEST(QuantVectors, Q5_K) {
@@ -140,10 +140,10 @@ TEST(QuantVectors, Q5_K) {
   b.qh[0] = 0x11;  // bit 0: element 0 gets +16; bit 4 (j = 2, low nibble): element 128 gets +16
   b.qh[1] = 0x01;  // element 1 gets +16
   const auto y = deq(Type::Q5_K, &b, 256);
-  EXPECT_EQ(y[0], 50.5f);    // 2 * 26 - 1.5
-  EXPECT_EQ(y[1], 30.5f);    // 2 * 16 - 1.5
-  EXPECT_EQ(y[2], -1.5f);    // q = 0
-  EXPECT_EQ(y[128], 398.0f); // 21 * 19 - 1
+  EXPECT_EQ(y[0], 50.5f);     // 2 * 26 - 1.5
+  EXPECT_EQ(y[1], 30.5f);     // 2 * 16 - 1.5
+  EXPECT_EQ(y[2], -1.5f);     // q = 0
+  EXPECT_EQ(y[128], 398.0f);  // 21 * 19 - 1
 }
 
 TEST(QuantVectors, Q6_K) {

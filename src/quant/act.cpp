@@ -1,10 +1,10 @@
 // Activation layouts: fp32 as is, or quantized to ggml's block_q8_0 / block_q8_K once per mat-vec.
 //
 // Quantization rule, shared bit for bit with act_avx2.cpp: amax = max |x| over the block (taken on
-// the bit patterns, so the result does not depend on the order of a SIMD reduction), d = amax / 127;
-// a block with d below FLT_MIN (zero, tiny, or holding a nan) becomes d = 0 and all-zero codes, as
-// 1 / d would overflow; otherwise v = x * (1 / d) clamped to [-127, 127] (maxps/minps semantics)
-// and rounded to nearest, ties to even. q is therefore always in [-127, 127].
+// the bit patterns, so the result does not depend on the order of a SIMD reduction), d = amax /
+// 127; a block with d below FLT_MIN (zero, tiny, or holding a nan) becomes d = 0 and all-zero
+// codes, as 1 / d would overflow; otherwise v = x * (1 / d) clamped to [-127, 127] (maxps/minps
+// semantics) and rounded to nearest, ties to even. q is therefore always in [-127, 127].
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -45,18 +45,24 @@ float quantize_block(const float* x, int8_t* q, int n) {
 
 int64_t act_block_elems(ActFormat f) {
   switch (f) {
-    case ActFormat::F32: return 1;
-    case ActFormat::Q8_0: return kQK;
-    case ActFormat::Q8_K: return kQK_K;
+    case ActFormat::F32:
+      return 1;
+    case ActFormat::Q8_0:
+      return kQK;
+    case ActFormat::Q8_K:
+      return kQK_K;
   }
   return 1;
 }
 
 size_t act_bytes(ActFormat f, int64_t n) {
   switch (f) {
-    case ActFormat::F32: return size_t(n) * sizeof(float);
-    case ActFormat::Q8_0: return size_t(n / kQK) * sizeof(BlockQ8_0);
-    case ActFormat::Q8_K: return size_t(n / kQK_K) * sizeof(BlockQ8_K);
+    case ActFormat::F32:
+      return size_t(n) * sizeof(float);
+    case ActFormat::Q8_0:
+      return size_t(n / kQK) * sizeof(BlockQ8_0);
+    case ActFormat::Q8_K:
+      return size_t(n / kQK_K) * sizeof(BlockQ8_K);
   }
   return 0;
 }

@@ -16,7 +16,8 @@ float quantize_block(const float* x, int8_t* q, int n) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   __m256i m = _mm256_setzero_si256();
   for (int i = 0; i < n; i += 8)
-    m = _mm256_max_epi32(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(x + i)), abs_mask));
+    m = _mm256_max_epi32(m,
+                         _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(x + i)), abs_mask));
   __m128i h = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
   h = _mm_max_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
   h = _mm_max_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));

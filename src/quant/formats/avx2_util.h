@@ -43,9 +43,9 @@ inline __m256i block_sums8(const __m256i* p) {
 // The fp16 d of 8 consecutive blocks as 8 floats.
 template <typename Block>
 __m256 scales8(const Block* x) {
-  return _mm256_cvtph_ps(_mm_setr_epi16(short(x[0].d), short(x[1].d), short(x[2].d),
-                                        short(x[3].d), short(x[4].d), short(x[5].d),
-                                        short(x[6].d), short(x[7].d)));
+  return _mm256_cvtph_ps(_mm_setr_epi16(short(x[0].d), short(x[1].d), short(x[2].d), short(x[3].d),
+                                        short(x[4].d), short(x[5].d), short(x[6].d),
+                                        short(x[7].d)));
 }
 
 // shuffle_epi8 mask that broadcasts int16 lane `lo` over the low 128 bits and lane `hi` over the
@@ -67,7 +67,8 @@ inline __m256i scales_k4(const uint8_t* packed, const int16_t* bsums, int32_t* m
   const __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i*)bsums),
                                        _mm_loadu_si128((const __m128i*)(bsums + 8)));
   *mins = hsum_epi32(_mm_madd_epi16(pairs, m16));
-  return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_setr_epi32(int(sc_lo), int(sc_hi), 0, 0)));
+  return _mm256_broadcastsi128_si256(
+      _mm_cvtepu8_epi16(_mm_setr_epi32(int(sc_lo), int(sc_hi), 0, 0)));
 }
 
 // Finishes a dot: the 8 lanes of `acc` (or of `lanes` after scalar tail updates) reduced exactly

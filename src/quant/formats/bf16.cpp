@@ -34,7 +34,7 @@ float dot_ref(const void* w, const void* a, int64_t n) {
 
 }  // namespace
 
-const FormatKernels kBF16Kernels = {Type::BF16, ActFormat::F32, dequantize, quantize,
-                                    random_blocks, dot_ref, dot_bf16_avx2, 0.0f};
+const FormatKernels kBF16Kernels = {Type::BF16,    ActFormat::F32, dequantize,    quantize,
+                                    random_blocks, dot_ref,        dot_bf16_avx2, 0.0f};
 
 }  // namespace strata::quant

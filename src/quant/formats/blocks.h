@@ -13,16 +13,19 @@
 
 namespace strata::quant {
 
-constexpr int kQK = 32;    // elements per Q4_0 / Q8_0 block
+constexpr int kQK = 32;     // elements per Q4_0 / Q8_0 block
 constexpr int kQK_K = 256;  // elements per K-quant super-block
 
 #pragma pack(push, 1)
 struct BlockQ4_0 {
-  uint16_t d;        // fp16 scale
-  uint8_t qs[16];    // element j: low nibble of qs[j]; element j + 16: high nibble; value q - 8
+  uint16_t d;      // fp16 scale
+  uint8_t qs[16];  // element j: low nibble of qs[j]; element j + 16: high nibble; value q - 8
 };
+// Also the activation layout of Q8_0/Q4_0 dots. As an activation, quantize_act keeps qs in
+// [-127, 127], which the AVX2 kernels rely on: their |w| * sign(a, w) products would overflow
+// for a = -128.
 struct BlockQ8_0 {
-  uint16_t d;        // fp16 scale
+  uint16_t d;  // fp16 scale
   int8_t qs[32];
 };
 struct BlockQ2_K {
@@ -47,17 +50,16 @@ struct BlockQ5_K {
   uint16_t d;
   uint16_t dmin;
   uint8_t scales[12];
-  uint8_t qh[32];      // fifth bit of each code
-  uint8_t qs[128];     // low 4 bits of each code
+  uint8_t qh[32];   // fifth bit of each code
+  uint8_t qs[128];  // low 4 bits of each code
 };
 struct BlockQ6_K {
-  uint8_t ql[128];     // low 4 bits of each code
-  uint8_t qh[64];      // high 2 bits of each code
-  int8_t scales[16];   // signed 8-bit scale per 16 elements
-  uint16_t d;          // fp16 super-block scale
+  uint8_t ql[128];    // low 4 bits of each code
+  uint8_t qh[64];     // high 2 bits of each code
+  int8_t scales[16];  // signed 8-bit scale per 16 elements
+  uint16_t d;         // fp16 super-block scale
 };
-// Activation layout of K-quant dot products. Quantized by strata so that qs is in [-127, 127],
-// which the AVX2 kernels rely on (they take |w| x sign(a, w) products that -128 would overflow).
+// Activation layout of K-quant dot products (quantize_act keeps qs in [-127, 127]).
 struct BlockQ8_K {
   float d;
   int8_t qs[256];

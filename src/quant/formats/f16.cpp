@@ -33,7 +33,7 @@ float dot_ref(const void* w, const void* a, int64_t n) {
 
 }  // namespace
 
-const FormatKernels kF16Kernels = {Type::F16, ActFormat::F32, dequantize, quantize, random_blocks,
-                                   dot_ref, dot_f16_avx2, 0.0f};
+const FormatKernels kF16Kernels = {Type::F16,     ActFormat::F32, dequantize,   quantize,
+                                   random_blocks, dot_ref,        dot_f16_avx2, 0.0f};
 
 }  // namespace strata::quant

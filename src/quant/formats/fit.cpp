@@ -11,15 +11,12 @@ namespace {
 
 constexpr int kSuperBlock = 256;
 
-int round_clamp(float v, int lo, int hi) {
-  return std::clamp(int(std::nearbyint(v)), lo, hi);
-}
+int round_clamp(float v, int lo, int hi) { return std::clamp(int(std::nearbyint(v)), lo, hi); }
 
 // Weighted least-squares fit of x ~ a * q - m with q in [0, nmax] and m >= 0 (the format cannot
 // shift values up). Tries codes from a few stretches of the [min(x, 0), max(x)] range and keeps
 // the (a, m) of smallest weighted error.
-void fit_group_affine(const float* x, const float* w, int n, int nmax, float* a_out,
-                      float* m_out) {
+void fit_group_affine(const float* x, const float* w, int n, int nmax, float* a_out, float* m_out) {
   float lo = 0.0f, hi = x[0];
   for (int i = 0; i < n; ++i) {
     lo = std::min(lo, x[i]);
@@ -141,8 +138,7 @@ void fit_symmetric(const float* x, int nmax, int smax, int8_t* q, uint16_t* d, i
     sc[s] = int8_t(round_clamp(iscale * a[s], -smax, smax - 1));
     const float step = df * sc[s];
     for (int i = 0; i < 16; ++i)
-      q[16 * s + i] =
-          int8_t(step != 0.0f ? round_clamp(x[16 * s + i] / step, -nmax, nmax - 1) : 0);
+      q[16 * s + i] = int8_t(step != 0.0f ? round_clamp(x[16 * s + i] / step, -nmax, nmax - 1) : 0);
   }
 }
 

@@ -24,8 +24,7 @@ float dot_lanes32(Load8 load8, Load1 load1, const float* a, int64_t n) {
     for (int64_t j = i; j < n; ++j) lanes[j - i] = std::fma(load1(j), a[j], lanes[j - i]);
     for (int k = 0; k < 4; ++k) acc[k] = _mm256_load_ps(lanes + 8 * k);
   }
-  return reduce8_ps(
-      _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  return reduce8_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 }  // namespace strata::quant::avx2

@@ -83,7 +83,7 @@ float dot_ref(const void* w, const void* a, int64_t n) {
 
 }  // namespace
 
-const FormatKernels kQ2_KKernels = {Type::Q2_K, ActFormat::Q8_K, dequantize, quantize,
-                                    random_blocks, dot_ref, dot_q2_k_avx2, 0.0f};
+const FormatKernels kQ2_KKernels = {Type::Q2_K,    ActFormat::Q8_K, dequantize,    quantize,
+                                    random_blocks, dot_ref,         dot_q2_k_avx2, 0.0f};
 
 }  // namespace strata::quant

@@ -20,13 +20,15 @@ float dot_q2_k_avx2(const void* w, const void* a, int64_t n) {
         avx2::hsum_epi32(_mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i*)y[b].bsums)));
     __m256i acc = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
-      const __m256i sch = h ? _mm256_permute2x128_si256(sc, sc, 0x11)
-                            : _mm256_permute2x128_si256(sc, sc, 0x00);
+      const __m256i sch =
+          h ? _mm256_permute2x128_si256(sc, sc, 0x11) : _mm256_permute2x128_si256(sc, sc, 0x00);
       const __m256i q = _mm256_loadu_si256((const __m256i*)(x[b].qs + 32 * h));
       for (int j = 0; j < 4; ++j) {
         const __m256i act = _mm256_loadu_si256((const __m256i*)(y[b].qs + 128 * h + 32 * j));
-        const __m256i p = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3), act);
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sch, avx2::pick16(2 * j, 2 * j + 1))));
+        const __m256i p =
+            _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3), act);
+        acc = _mm256_add_epi32(
+            acc, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sch, avx2::pick16(2 * j, 2 * j + 1))));
       }
     }
     float& lane = lanes[b % 8];

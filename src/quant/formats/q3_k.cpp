@@ -91,7 +91,7 @@ float dot_ref(const void* w, const void* a, int64_t n) {
 
 }  // namespace
 
-const FormatKernels kQ3_KKernels = {Type::Q3_K, ActFormat::Q8_K, dequantize, quantize,
-                                    random_blocks, dot_ref, dot_q3_k_avx2, 0.0f};
+const FormatKernels kQ3_KKernels = {Type::Q3_K,    ActFormat::Q8_K, dequantize,    quantize,
+                                    random_blocks, dot_ref,         dot_q3_k_avx2, 0.0f};
 
 }  // namespace strata::quant

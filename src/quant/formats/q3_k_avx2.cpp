@@ -32,15 +32,18 @@ float dot_q3_k_avx2(const void* w, const void* a, int64_t n) {
     const __m256i hm = _mm256_loadu_si256((const __m256i*)x[b].hmask);
     __m256i acc = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
-      const __m256i sch = h ? _mm256_permute2x128_si256(sc, sc, 0x11)
-                            : _mm256_permute2x128_si256(sc, sc, 0x00);
+      const __m256i sch =
+          h ? _mm256_permute2x128_si256(sc, sc, 0x11) : _mm256_permute2x128_si256(sc, sc, 0x00);
       const __m256i q = _mm256_loadu_si256((const __m256i*)(x[b].qs + 32 * h));
       for (int j = 0; j < 4; ++j) {
         const __m256i act = _mm256_loadu_si256((const __m256i*)(y[b].qs + 128 * h + 32 * j));
         const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
-        const __m256i four = _mm256_slli_epi16(_mm256_andnot_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2);
-        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(low, act), _mm256_maddubs_epi16(four, act));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sch, avx2::pick16(2 * j, 2 * j + 1))));
+        const __m256i four =
+            _mm256_slli_epi16(_mm256_andnot_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2);
+        const __m256i p =
+            _mm256_sub_epi16(_mm256_maddubs_epi16(low, act), _mm256_maddubs_epi16(four, act));
+        acc = _mm256_add_epi32(
+            acc, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sch, avx2::pick16(2 * j, 2 * j + 1))));
       }
     }
     lanes[b % 8] = std::fma(_cvtsh_ss(x[b].d) * y[b].d, float(avx2::hsum_epi32(acc)), lanes[b % 8]);

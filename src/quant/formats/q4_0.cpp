@@ -67,7 +67,7 @@ float dot_ref(const void* w, const void* a, int64_t n) {
 
 }  // namespace
 
-const FormatKernels kQ4_0Kernels = {Type::Q4_0, ActFormat::Q8_0, dequantize, quantize,
-                                    random_blocks, dot_ref, dot_q4_0_avx2, 0.0f};
+const FormatKernels kQ4_0Kernels = {Type::Q4_0,    ActFormat::Q8_0, dequantize,    quantize,
+                                    random_blocks, dot_ref,         dot_q4_0_avx2, 0.0f};
 
 }  // namespace strata::quant

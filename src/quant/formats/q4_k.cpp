@@ -83,7 +83,7 @@ float dot_ref(const void* w, const void* a, int64_t n) {
 
 }  // namespace
 
-const FormatKernels kQ4_KKernels = {Type::Q4_K, ActFormat::Q8_K, dequantize, quantize,
-                                    random_blocks, dot_ref, dot_q4_k_avx2, 0.0f};
+const FormatKernels kQ4_KKernels = {Type::Q4_K,    ActFormat::Q8_K, dequantize,    quantize,
+                                    random_blocks, dot_ref,         dot_q4_k_avx2, 0.0f};
 
 }  // namespace strata::quant

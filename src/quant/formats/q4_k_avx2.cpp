@@ -17,11 +17,16 @@ float dot_q4_k_avx2(const void* w, const void* a, int64_t n) {
     __m256i acc = _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j) {
       const __m256i q = _mm256_loadu_si256((const __m256i*)(x[b].qs + 32 * j));
-      const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-      const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)(y[b].qs + 64 * j)));
-      const __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(y[b].qs + 64 * j + 32)));
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(plo, _mm256_shuffle_epi8(sc, avx2::pick16(2 * j, 2 * j))));
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(phi, _mm256_shuffle_epi8(sc, avx2::pick16(2 * j + 1, 2 * j + 1))));
+      const __m256i lo = _mm256_and_si256(q, m4),
+                    hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      const __m256i plo =
+          _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)(y[b].qs + 64 * j)));
+      const __m256i phi =
+          _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(y[b].qs + 64 * j + 32)));
+      acc = _mm256_add_epi32(
+          acc, _mm256_madd_epi16(plo, _mm256_shuffle_epi8(sc, avx2::pick16(2 * j, 2 * j))));
+      acc = _mm256_add_epi32(
+          acc, _mm256_madd_epi16(phi, _mm256_shuffle_epi8(sc, avx2::pick16(2 * j + 1, 2 * j + 1))));
     }
     float& lane = lanes[b % 8];
     lane = std::fma(_cvtsh_ss(x[b].d) * y[b].d, float(avx2::hsum_epi32(acc)), lane);

@@ -83,7 +83,7 @@ float dot_ref(const void* w, const void* a, int64_t n) {
 
 }  // namespace
 
-const FormatKernels kQ5_KKernels = {Type::Q5_K, ActFormat::Q8_K, dequantize, quantize,
-                                    random_blocks, dot_ref, dot_q5_k_avx2, 0.0f};
+const FormatKernels kQ5_KKernels = {Type::Q5_K,    ActFormat::Q8_K, dequantize,    quantize,
+                                    random_blocks, dot_ref,         dot_q5_k_avx2, 0.0f};
 
 }  // namespace strata::quant

@@ -78,7 +78,7 @@ float dot_ref(const void* w, const void* a, int64_t n) {
 
 }  // namespace
 
-const FormatKernels kQ6_KKernels = {Type::Q6_K, ActFormat::Q8_K, dequantize, quantize,
-                                    random_blocks, dot_ref, dot_q6_k_avx2, 0.0f};
+const FormatKernels kQ6_KKernels = {Type::Q6_K,    ActFormat::Q8_K, dequantize,    quantize,
+                                    random_blocks, dot_ref,         dot_q6_k_avx2, 0.0f};
 
 }  // namespace strata::quant

@@ -23,8 +23,8 @@ float dot_q8_0_avx2(const void* w, const void* a, int64_t n) {
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, acc);
   for (; b < nb; ++b) {
-    const int32_t s = avx2::hsum_epi32(avx2::dot_i8(
-        _mm256_loadu_si256((const __m256i*)x[b].qs), _mm256_loadu_si256((const __m256i*)y[b].qs)));
+    const int32_t s = avx2::hsum_epi32(avx2::dot_i8(_mm256_loadu_si256((const __m256i*)x[b].qs),
+                                                    _mm256_loadu_si256((const __m256i*)y[b].qs)));
     const float d = _cvtsh_ss(x[b].d) * _cvtsh_ss(y[b].d);
     lanes[b % 8] = std::fma(d, float(s), lanes[b % 8]);
   }
