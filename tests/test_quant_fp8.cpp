@@ -1,5 +1,5 @@
-// FP8_E4M3_B128: the E4M3FN code table against the OCP definition, the rounding encoder, the
-// row and 2-D (128x128 tile) quantizers, and the AVX2 dot against the reference.
+// FP8_E4M3_B128: the E4M3FN code table against the OCP definition, the rounding encoder, the row
+// and 2-D (128x128 tile) quantizers, and the AVX2 dot against the reference.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -16,8 +16,8 @@
 namespace strata::quant {
 namespace {
 
-// OCP E4M3FN, written independently of the table: (-1)^s * 2^(e-7) * (1 + m/8) for e > 0,
-// (-1)^s * 2^-6 * m/8 for e = 0; S.1111.111 is NaN; there are no infinities.
+// OCP E4M3FN, written independently of the table: (-1)^s * 2^(e-7) * (1 + m/8) for e > 0, (-1)^s *
+// 2^-6 * m/8 for e = 0; S.1111.111 is NaN; there are no infinities.
 double ocp_e4m3(int code) {
   const int s = code >> 7, e = (code >> 3) & 15, m = code & 7;
   if (e == 15 && m == 7) return NAN;
@@ -51,12 +51,15 @@ TEST(QuantFP8, EncoderRoundsToNearestEvenAndSaturates) {
       EXPECT_EQ(float_to_e4m3(e4m3_to_float(uint8_t(c))), c);
     }
   }
-  EXPECT_EQ(float_to_e4m3(1.0625f), 0x38);  // halfway 1 (0x38) .. 1.125 (0x39): even
+  EXPECT_EQ(float_to_e4m3(1.0625f),
+            0x38);                          // halfway 1 (0x38) .. 1.125 (0x39): even
   EXPECT_EQ(float_to_e4m3(1.1875f), 0x3A);  // halfway 1.125 .. 1.25 (0x3A): even
   EXPECT_EQ(float_to_e4m3(1.07f), 0x39);
-  EXPECT_EQ(float_to_e4m3(0x1p-10f), 0x00);      // half the smallest subnormal: to even (0)
+  EXPECT_EQ(float_to_e4m3(0x1p-10f),
+            0x00);                               // half the smallest subnormal: to even (0)
   EXPECT_EQ(float_to_e4m3(3 * 0x1p-10f), 0x02);  // 1.5 steps: to even (2)
-  EXPECT_EQ(float_to_e4m3(15 * 0x1p-10f), 0x08);  // 7.5 steps rounds up into the first normal
+  EXPECT_EQ(float_to_e4m3(15 * 0x1p-10f),
+            0x08);  // 7.5 steps rounds up into the first normal
   EXPECT_EQ(float_to_e4m3(-0x1p-12f), 0x80);
   EXPECT_EQ(float_to_e4m3(460.0f), 0x7E);
   EXPECT_EQ(float_to_e4m3(1e6f), 0x7E);
@@ -88,10 +91,11 @@ TEST(QuantFP8, RowQuantizerRoundTrip) {
   k.dequantize(b.data(), y.data(), n);
   for (int64_t i = 0; i < n; ++i) {
     float amax = 0;
-    for (int64_t j = i / 128 * 128; j < i / 128 * 128 + 128; ++j) amax = std::max(amax, std::fabs(x[j]));
+    for (int64_t j = i / 128 * 128; j < i / 128 * 128 + 128; ++j)
+      amax = std::max(amax, std::fabs(x[j]));
     EXPECT_EQ(b[i / 128].scale, amax / 448.0f);
-    // Half a step of a 3-bit mantissa, or of the subnormal spacing scale * 2^-9; plus the
-    // rounding of x / scale and of the product.
+    // Half a step of a 3-bit mantissa, or of the subnormal spacing scale * 2^-9; plus the rounding
+    // of x / scale and of the product.
     const float bound = std::max(std::fabs(x[i]) * 0x1p-4f, b[i / 128].scale * 0x1p-10f) * 1.0001f;
     EXPECT_LE(std::fabs(y[i] - x[i]), bound) << i;
   }
@@ -116,7 +120,8 @@ TEST(QuantFP8, TwoDQuantizerUsesTileScales) {
     for (int64_t tc = 0; tc < 3; ++tc) {
       float amax = 0;
       for (int64_t r = tr * 128; r < std::min(rows, tr * 128 + 128); ++r)
-        for (int64_t c = tc * 128; c < tc * 128 + 128; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+        for (int64_t c = tc * 128; c < tc * 128 + 128; ++c)
+          amax = std::max(amax, std::fabs(x[r * cols + c]));
       for (int64_t r = tr * 128; r < std::min(rows, tr * 128 + 128); ++r) {
         const BlockFP8& blk = b[r * 3 + tc];
         ASSERT_EQ(blk.scale, amax / 448.0f) << r << "," << tc;

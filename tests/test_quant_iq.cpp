@@ -62,7 +62,8 @@ TEST(QuantIQ, SignBytesAreGgmlKsigns) {
   EXPECT_EQ(iq::sign_byte(0x80 | 5), 5);  // bits above the field are ignored
   uint8_t table[128];
   for (int i = 0; i < 128; ++i) table[i] = iq::sign_byte(i);
-  EXPECT_EQ(fnv1a(table, 128), 0xf19ba8f8c3292ba5ull);  // checksum of ggml's ksigns_iq2xs
+  EXPECT_EQ(fnv1a(table, 128),
+            0xf19ba8f8c3292ba5ull);  // checksum of ggml's ksigns_iq2xs
 }
 
 std::vector<float> dequant(const FormatKernels& k, const void* blocks, int64_t n) {
@@ -90,9 +91,9 @@ void expect_dots(const FormatKernels& k, const void* w, float expected) {
 TEST(QuantIQ, IQ2XXSHandBuilt) {
   iq::BlockIQ2XXS b{};
   b.d = kOne;
-  // Sub-block 0: grid indices 0, 1, 255, 2; sign fields 0, 1, 127, 3; scale 0, so
-  // db = 1 * (0.5 + 0) * 0.25 = 0.125. Field 1 has one bit, so element 7 is negative too; 127 has
-  // seven, so all eight are; 3 has two, so only elements 0 and 1.
+  // Sub-block 0: grid indices 0, 1, 255, 2; sign fields 0, 1, 127, 3; scale 0, so db = 1 * (0.5 +
+  // 0) * 0.25 = 0.125. Field 1 has one bit, so element 7 is negative too; 127 has seven, so all
+  // eight are; 3 has two, so only elements 0 and 1.
   const uint32_t grids0 = 0u | 1u << 8 | 255u << 16 | 2u << 24;
   const uint32_t aux0 = 0u | 1u << 7 | 127u << 14 | 3u << 21 | 0u << 28;
   // Sub-block 1: grid 0 everywhere, no signs, scale 15: db = (0.5 + 15) * 0.25 = 3.875.
@@ -100,12 +101,16 @@ TEST(QuantIQ, IQ2XXSHandBuilt) {
   std::memcpy(b.qs + 0, &grids0, 4);
   std::memcpy(b.qs + 2, &aux0, 4);
   std::memcpy(b.qs + 6, &aux1, 4);
-  std::vector<float> want(256, 1.0f);  // other sub-blocks: grid 0 (all 8) * 0.125
-  const float sub0[32] = {
-      1, 1, 1, 1, 1, 1, 1, 1,                                    // grid[0] = 8s
-      -5.375f, 1, 1, 1, 1, 1, 1, -1,                            // grid[1] = 43, 8 x7
-      -1, -3.125f, -1, -1, -3.125f, -5.375f, -5.375f, -5.375f,  // grid[255] bytes 8,25,8,8,25,43,43,43
-      -3.125f, -3.125f, 1, 1, 1, 1, 1, 1};                      // grid[2] = 25, 25, 8 x6
+  std::vector<float> want(256,
+                          1.0f);  // other sub-blocks: grid 0 (all 8) * 0.125
+  const float sub0[32] = {1,       1,       1,       1,  1,
+                          1,       1,       1,  // grid[0] = 8s
+                          -5.375f, 1,       1,       1,  1,
+                          1,       1,       -1,  // grid[1] = 43, 8 x7
+                          -1,      -3.125f, -1,      -1, -3.125f,
+                          -5.375f, -5.375f, -5.375f,  // grid[255] bytes 8,25,8,8,25,43,43,43
+                          -3.125f, -3.125f, 1,       1,  1,
+                          1,       1,       1};  // grid[2] = 25, 25, 8 x6
   for (int j = 0; j < 32; ++j) want[j] = sub0[j];
   for (int j = 32; j < 64; ++j) want[j] = 31.0f;  // 8 * 3.875
   EXPECT_EQ(dequant(kIQ2_XXSKernels, &b, 256), want);
@@ -116,11 +121,13 @@ TEST(QuantIQ, IQ2XXSHandBuilt) {
 TEST(QuantIQ, IQ2XSHandBuilt) {
   iq::BlockIQ2XS b{};
   b.d = kOne;
-  b.qs[0] = 1 | 1 << 9;      // grid[1] = 43, 8 x7; sign field 1: elements 0 and 7 negative
-  b.qs[1] = 511 | 127 << 9;  // grid[511] = 43 x8; all negative
+  b.qs[0] = 1 | 1 << 9;       // grid[1] = 43, 8 x7; sign field 1: elements 0 and 7 negative
+  b.qs[1] = 511 | 127 << 9;   // grid[511] = 43 x8; all negative
   b.scales[0] = 3 | 10 << 4;  // elements 0..15: (0.5 + 3) * 0.25 = 0.875; 16..31: 2.625
-  std::vector<float> want(256, 1.0f);  // the rest: grid[0] = 8s, scale 0: 8 * 0.125
-  const float first16[16] = {-37.625f, 7, 7, 7, 7, 7, 7, -7,  // 43 * 0.875, 8 * 0.875
+  std::vector<float> want(256,
+                          1.0f);  // the rest: grid[0] = 8s, scale 0: 8 * 0.125
+  const float first16[16] = {-37.625f, 7,        7,        7,
+                             7,        7,        7,        -7,  // 43 * 0.875, 8 * 0.875
                              -37.625f, -37.625f, -37.625f, -37.625f,
                              -37.625f, -37.625f, -37.625f, -37.625f};
   for (int j = 0; j < 16; ++j) want[j] = first16[j];
@@ -138,7 +145,7 @@ TEST(QuantIQ, IQ3XXSHandBuilt) {
   // Sub-block 0: sign field 1 (elements 0 and 7 negative), scale 1: (0.5 + 1) * 0.5 = 0.75.
   const uint32_t aux0 = 1u | 1u << 28;
   std::memcpy(b.qs + 64, &aux0, 4);
-  std::vector<float> want(256, 1.0f);  // sub-blocks 1..7: 4 * (0.5 + 0) * 0.5
+  std::vector<float> want(256, 1.0f);           // sub-blocks 1..7: 4 * (0.5 + 0) * 0.5
   for (int j = 0; j < 32; ++j) want[j] = 3.0f;  // the rest of sub-block 0: 4 * 0.75
   const float first8[8] = {-3, 3, 3, 3, 3, 21, 39, -46.5f};
   for (int j = 0; j < 8; ++j) want[j] = first8[j];
@@ -154,14 +161,14 @@ TEST(QuantIQ, IQ4XSHandBuilt) {
   // sub-blocks 2..7: 32 (low 0, high 2) -> 0.
   b.scales_l[0] = 0x01;
   b.scales_h = 2 | 0 << 2 | 2 << 4 | 2 << 6 | 2 << 8 | 2 << 10 | 2 << 12 | 2 << 14;
-  b.qs[0] = 0xF0;  // element 0: values[0] = -127; element 16: values[15] = 113
-  b.qs[1] = 0x78;  // element 1: values[8] = 1; element 17: values[7] = -10
+  b.qs[0] = 0xF0;   // element 0: values[0] = -127; element 16: values[15] = 113
+  b.qs[1] = 0x78;   // element 1: values[8] = 1; element 17: values[7] = -10
   b.qs[16] = 0x09;  // element 32: values[9] = 13 (* -32); element 48: values[0]
   std::vector<float> want(256, 0.0f);
   for (int j = 0; j < 32; ++j) want[j] = -127.0f;  // nibble 0, scale 1
   want[16] = 113, want[1] = 1, want[17] = -10;
   for (int j = 32; j < 64; ++j) want[j] = 4064.0f;  // -127 * -32
-  want[32] = -416.0f;                                // 13 * -32
+  want[32] = -416.0f;                               // 13 * -32
   EXPECT_EQ(dequant(kIQ4_XSKernels, &b, 256), want);
   // -127 * 29 + 113 + 1 - 10 - 416 + 31 * 4064 = 121989, halved.
   expect_dots(kIQ4_XSKernels, &b, 60994.5f);
@@ -198,9 +205,8 @@ TEST(QuantIQ, RandomBlocksFiniteBoundedDeterministic) {
   }
 }
 
-// Random Q8_K activations: either quantize_act of random floats, or raw blocks whose codes span
-// the whole int8 range (-128 included, which quantize_act never writes) to check the kernels'
-// integer paths at their extremes.
+// Random Q8_K activations: either quantize_act of random floats, or raw blocks whose codes span the
+// whole range quantize_act can write, [-127, 127], to reach the kernels' integer extremes.
 std::vector<uint8_t> random_act(Rng& rng, int64_t n, bool raw) {
   std::vector<uint8_t> out(act_bytes(ActFormat::Q8_K, n));
   if (!raw) {
@@ -214,7 +220,7 @@ std::vector<uint8_t> random_act(Rng& rng, int64_t n, bool raw) {
     blocks[i].d = rng.uniform(0.001f, 0.1f);
     const bool extreme = rng.below(2) == 0;
     for (int8_t& q : blocks[i].qs)
-      q = extreme ? (rng.below(2) ? 127 : -128) : int8_t(rng.next() >> 56);
+      q = extreme ? (rng.below(2) ? 127 : -127) : int8_t(int(rng.below(255)) - 127);
   }
   return out;
 }

@@ -1,11 +1,11 @@
 // FP8_E4M3_B128, strata's own tensor type for native FP8 checkpoints (docs/FORMATS.md defines it).
 //
 // A row is a run of 132-byte blocks, each 128 consecutive elements of the row: an fp32 scale (the
-// dequant multiplier, a checkpoint's weight_scale_inv of the 128x128 tile holding the block),
-// then 128 OCP E4M3FN codes. Element = scale * e4m3(code).
+// dequant multiplier, a checkpoint's weight_scale_inv of the 128x128 tile holding the block), then
+// 128 OCP E4M3FN codes. Element = scale * e4m3(code).
 //
-// E4M3FN: sign bit, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal
-// (m * 2^-9); no infinities; 0x7F and 0xFF are NaN; the largest finite value is 448 (0x7E).
+// E4M3FN: sign bit, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal (m * 2^-9);
+// no infinities; 0x7F and 0xFF are NaN; the largest finite value is 448 (0x7E).
 #pragma once
 
 #include <array>
@@ -45,14 +45,14 @@ inline constexpr std::array<float, 256> kE4M3Values = [] {
 
 inline float e4m3_to_float(uint8_t code) { return kE4M3Values[code]; }
 
-// Nearest E4M3FN code to v, ties to even; saturates beyond +-448 (infinities included), NaN
-// becomes 0x7F.
+// Nearest E4M3FN code to v, ties to even; saturates beyond +-448 (infinities included), NaN becomes
+// 0x7F.
 uint8_t float_to_e4m3(float v);
 
 // Quantizes a rows x cols fp32 matrix (row-major, cols a multiple of 128) into rows of
-// FP8_E4M3_B128 blocks, dst holding rows * cols / 128 blocks. Scales are per 128x128 tile (the
-// last tile row may be shorter): scale = amax(tile) / 448, 1 for an all-zero tile, so the
-// result is what a native FP8 checkpoint with those tile scales would hold.
+// FP8_E4M3_B128 blocks, dst holding rows * cols / 128 blocks. Scales are per 128x128 tile (the last
+// tile row may be shorter): scale = amax(tile) / 448, 1 for an all-zero tile, so the result is what
+// a native FP8 checkpoint with those tile scales would hold.
 void quantize_fp8_e4m3_b128_2d(const float* src, int64_t rows, int64_t cols, void* dst);
 
 }  // namespace strata::quant

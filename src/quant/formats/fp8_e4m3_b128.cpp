@@ -23,16 +23,16 @@ uint8_t float_to_e4m3(float v) {
   if (std::isnan(a)) return 0x7F;
   if (!(a < kE4M3Max)) return sign | 0x7E;
   if (a < 0x1p-6f) {
-    // Subnormal range, steps of 2^-9: round a * 512 (exact) to an integer, ties to even. 8 is
-    // the code of 2^-6, the smallest normal, so rounding up into it needs no special case.
+    // Subnormal range, steps of 2^-9: round a * 512 (exact) to an integer, ties to even. 8 is the
+    // code of 2^-6, the smallest normal, so rounding up into it needs no special case.
     const float f = a * 512.0f;
     auto q = uint8_t(f);
     const float rem = f - float(q);
     if (rem > 0.5f || (rem == 0.5f && (q & 1))) ++q;
     return sign | q;
   }
-  // Round the fp32 mantissa to 3 bits, ties to even (a carry moves into the exponent), then
-  // rebias the exponent from 127 to 7. a < 448 never rounds past 0x7E.
+  // Round the fp32 mantissa to 3 bits, ties to even (a carry moves into the exponent), then rebias
+  // the exponent from 127 to 7. a < 448 never rounds past 0x7E.
   const uint32_t mag = bits & 0x7FFFFFFFu;
   const uint32_t rounded = (mag + 0x7FFFFu + ((mag >> 20) & 1)) >> 20;
   return sign | uint8_t(rounded - (120u << 3));
@@ -81,7 +81,8 @@ float dot_ref(const void* weights, const void* act, int64_t n) {
   float lane[8] = {};
   for (int64_t i = 0; i < n / kFP8BlockElems; ++i, x += kFP8BlockElems) {
     float p[32] = {};
-    for (int j = 0; j < kFP8BlockElems; ++j) p[j % 32] = std::fma(e4m3_to_float(b[i].q[j]), x[j], p[j % 32]);
+    for (int j = 0; j < kFP8BlockElems; ++j)
+      p[j % 32] = std::fma(e4m3_to_float(b[i].q[j]), x[j], p[j % 32]);
     for (int l = 0; l < 8; ++l)
       lane[l] = std::fma(b[i].scale, (p[l] + p[l + 8]) + (p[l + 16] + p[l + 24]), lane[l]);
   }
@@ -108,8 +109,8 @@ void quantize_fp8_e4m3_b128_2d(const float* src, int64_t rows, int64_t cols, voi
 }
 
 const FormatKernels kFP8_E4M3_B128Kernels = {
-    Type::FP8_E4M3_B128, ActFormat::F32, dequantize, quantize, random_blocks,
-    dot_ref,             dot_fp8_e4m3_b128_avx2, 0.0f,
+    Type::FP8_E4M3_B128,    ActFormat::F32, dequantize, quantize, random_blocks, dot_ref,
+    dot_fp8_e4m3_b128_avx2, 0.0f,
 };
 
 }  // namespace strata::quant

@@ -7,15 +7,15 @@
 namespace strata::quant {
 
 namespace {
-// 16 codes (one per 16-bit lane) to the fp16 with the same bits in the same places: sign to bit
-// 15, exponent and mantissa to bits 13..7. Its value is the E4M3 value / 2^8 (bias 15 vs 7),
-// subnormals included, so cvtph_ps then * 256 decodes exactly. The NaN codes get an all-ones
-// fp16 exponent so they stay NaN.
+// 16 codes (one per 16-bit lane) to the fp16 with the same bits in the same places: sign to bit 15,
+// exponent and mantissa to bits 13..7. Its value is the E4M3 value / 2^8 (bias 15 vs 7), subnormals
+// included, so cvtph_ps then * 256 decodes exactly. The NaN codes get an all-ones fp16 exponent so
+// they stay NaN.
 inline __m256i e4m3_as_fp16(__m256i codes) {
   const __m256i h = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(codes, 8), 1),
                                      _mm256_set1_epi16(int16_t(0xBFFF)));
-  const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
-                                         _mm256_set1_epi16(0x3F80));
+  const __m256i nan =
+      _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)), _mm256_set1_epi16(0x3F80));
   return _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7E00)));
 }
 
@@ -33,8 +33,8 @@ float dot_fp8_e4m3_b128_avx2(const void* weights, const void* act, int64_t n) {
     for (int t = 0; t < 4; ++t) {
       const uint8_t* q = b[i].q + 32 * t;
       const float* xt = x + 32 * t;
-      const __m256i h01 = e4m3_as_fp16(
-          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
+      const __m256i h01 =
+          e4m3_as_fp16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
       const __m256i h23 = e4m3_as_fp16(
           _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16))));
       p0 = _mm256_fmadd_ps(decode8(_mm256_castsi256_si128(h01)), _mm256_loadu_ps(xt), p0);

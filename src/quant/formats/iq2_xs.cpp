@@ -9,7 +9,9 @@ using iq::BlockIQ2XS;
 using iq::BlockQ8K;
 
 // Scale nibble of the 16-element half `h` (0..31) of a block.
-uint32_t scale_nibble(const BlockIQ2XS& b, int h) { return (b.scales[h / 2] >> (4 * (h % 2))) & 15; }
+uint32_t scale_nibble(const BlockIQ2XS& b, int h) {
+  return (b.scales[h / 2] >> (4 * (h % 2))) & 15;
+}
 
 void dequantize(const void* blocks, float* out, int64_t n) {
   const auto* x = static_cast<const BlockIQ2XS*>(blocks);
@@ -62,8 +64,8 @@ float dot_ref(const void* weights, const void* act, int64_t n) {
 }  // namespace
 
 const FormatKernels kIQ2_XSKernels = {
-    Type::IQ2_XS, ActFormat::Q8_K, dequantize, nullptr, random_blocks,
-    dot_ref,      iq::dot_iq2_xs_avx2, 0.0f,
+    Type::IQ2_XS,  ActFormat::Q8_K, dequantize,          nullptr,
+    random_blocks, dot_ref,         iq::dot_iq2_xs_avx2, 0.0f,
 };
 
 }  // namespace strata::quant

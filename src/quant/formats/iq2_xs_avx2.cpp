@@ -13,8 +13,8 @@ float dot_iq2_xs_avx2(const void* weights, const void* act, int64_t n) {
     const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
     const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 16));
 
-    // Grid indices, sign bytes and scales of the whole block, decoded once with SIMD and read
-    // back per sub-block from the stack (store forwarding makes that cheap).
+    // Grid indices, sign bytes and scales of the whole block, decoded once with SIMD and read back
+    // per sub-block from the stack.
     alignas(32) uint16_t index[32];
     const __m256i mask9 = _mm256_set1_epi16(511);
     _mm256_store_si256(reinterpret_cast<__m256i*>(index), _mm256_and_si256(q0, mask9));
@@ -37,16 +37,19 @@ float dot_iq2_xs_avx2(const void* weights, const void* act, int64_t n) {
 
     const int8_t* q8 = y[i].qs;
     __m256i sum = _mm256_setzero_si256();
+    // Not unrolled: with a variable ib the per-sub-block values come from the stack as pure
+    // broadcast loads; fully unrolled, the compiler keeps them in registers and spends port-5
+    // shuffles to extract them, which is the bottleneck of this kernel.
+#pragma GCC unroll 1
     for (int ib = 0; ib < 8; ++ib) {
       const uint16_t* ix = index + 4 * ib;
-      const __m256i grid = _mm256_set_epi64x(int64_t(kIQ2XSGrid[ix[3]]), int64_t(kIQ2XSGrid[ix[2]]),
-                                             int64_t(kIQ2XSGrid[ix[1]]), int64_t(kIQ2XSGrid[ix[0]]));
-      const __m256i p = signed_products(
-          grid, sign_masks(signs + 4 * ib),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * ib)));
+      const __m256i grid = gather4(kIQ2XSGrid, ix[0], ix[1], ix[2], ix[3]);
+      const __m256i p =
+          signed_products(grid, sign_masks(signs + 4 * ib),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * ib)));
       // maddubs put elements 0..15 in the low lane and 16..31 in the high one: one scale each.
-      const __m256i sv = _mm256_blend_epi32(broadcast32(scale + 2 * ib),
-                                            broadcast32(scale + 2 * ib + 1), 0xF0);
+      const __m256i sv =
+          _mm256_blend_epi32(broadcast32(scale + 2 * ib), broadcast32(scale + 2 * ib + 1), 0xF0);
       sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, sv));
     }
     acc = accumulate_block(acc, sum, b.d, y[i].d);

@@ -72,8 +72,8 @@ float dot_ref(const void* weights, const void* act, int64_t n) {
 }  // namespace
 
 const FormatKernels kIQ2_XXSKernels = {
-    Type::IQ2_XXS, ActFormat::Q8_K, dequantize, nullptr, random_blocks,
-    dot_ref,       iq::dot_iq2_xxs_avx2, 0.0f,
+    Type::IQ2_XXS, ActFormat::Q8_K, dequantize,           nullptr,
+    random_blocks, dot_ref,         iq::dot_iq2_xxs_avx2, 0.0f,
 };
 
 }  // namespace strata::quant

@@ -15,15 +15,16 @@ float dot_iq2_xxs_avx2(const void* weights, const void* act, int64_t n) {
     // signs|scale words in sub-block order.
     const __m256 w0 = _mm256_loadu_ps(reinterpret_cast<const float*>(b.qs));
     const __m256 w1 = _mm256_loadu_ps(reinterpret_cast<const float*>(b.qs + 16));
-    const __m256i aux = _mm256_permute4x64_epi64(
-        _mm256_castps_si256(_mm256_shuffle_ps(w0, w1, 0xDD)), 0xD8);
+    const __m256i aux =
+        _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(w0, w1, 0xDD)), 0xD8);
 
     // Byte k of word ib = sign field k of sub-block ib, then the implied eighth sign.
     const __m256i fields = _mm256_or_si256(
         _mm256_or_si256(_mm256_and_si256(aux, _mm256_set1_epi32(0x7F)),
                         _mm256_and_si256(_mm256_slli_epi32(aux, 1), _mm256_set1_epi32(0x7F00))),
-        _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi32(aux, 2), _mm256_set1_epi32(0x7F0000)),
-                        _mm256_and_si256(_mm256_slli_epi32(aux, 3), _mm256_set1_epi32(0x7F000000))));
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_slli_epi32(aux, 2), _mm256_set1_epi32(0x7F0000)),
+            _mm256_and_si256(_mm256_slli_epi32(aux, 3), _mm256_set1_epi32(0x7F000000))));
     alignas(32) uint8_t signs[32];
     _mm256_store_si256(reinterpret_cast<__m256i*>(signs), full_sign_bytes(fields));
     alignas(32) int32_t scale[8];
@@ -33,14 +34,14 @@ float dot_iq2_xxs_avx2(const void* weights, const void* act, int64_t n) {
 
     const int8_t* q8 = y[i].qs;
     __m256i sum = _mm256_setzero_si256();
+    // Not unrolled, so that per-sub-block values are broadcast loads (see iq2_xs_avx2.cpp).
+#pragma GCC unroll 1
     for (int ib = 0; ib < 8; ++ib) {
       const uint8_t* ix = index + 8 * ib;
-      const __m256i grid =
-          _mm256_set_epi64x(int64_t(kIQ2XXSGrid[ix[3]]), int64_t(kIQ2XXSGrid[ix[2]]),
-                            int64_t(kIQ2XXSGrid[ix[1]]), int64_t(kIQ2XXSGrid[ix[0]]));
-      const __m256i p = signed_products(
-          grid, sign_masks(signs + 4 * ib),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * ib)));
+      const __m256i grid = gather4(kIQ2XXSGrid, ix[0], ix[1], ix[2], ix[3]);
+      const __m256i p =
+          signed_products(grid, sign_masks(signs + 4 * ib),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * ib)));
       sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, broadcast32(scale + ib)));
     }
     acc = accumulate_block(acc, sum, b.d, y[i].d);

@@ -73,8 +73,8 @@ float dot_ref(const void* weights, const void* act, int64_t n) {
 }  // namespace
 
 const FormatKernels kIQ3_XXSKernels = {
-    Type::IQ3_XXS, ActFormat::Q8_K, dequantize, nullptr, random_blocks,
-    dot_ref,       iq::dot_iq3_xxs_avx2, 0.0f,
+    Type::IQ3_XXS, ActFormat::Q8_K, dequantize,           nullptr,
+    random_blocks, dot_ref,         iq::dot_iq3_xxs_avx2, 0.0f,
 };
 
 }  // namespace strata::quant

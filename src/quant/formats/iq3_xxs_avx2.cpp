@@ -4,13 +4,6 @@
 
 namespace strata::quant::iq {
 
-namespace {
-// Grid entries a and b (four magnitudes each) as one 64-bit lane, a in the low half.
-inline int64_t grid_pair(uint8_t a, uint8_t b) {
-  return int64_t(uint64_t(kIQ3XXSGrid[a]) | uint64_t(kIQ3XXSGrid[b]) << 32);
-}
-}  // namespace
-
 float dot_iq3_xxs_avx2(const void* weights, const void* act, int64_t n) {
   const auto* x = static_cast<const BlockIQ3XXS*>(weights);
   const auto* y = static_cast<const BlockQ8K*>(act);
@@ -22,8 +15,9 @@ float dot_iq3_xxs_avx2(const void* weights, const void* act, int64_t n) {
     const __m256i fields = _mm256_or_si256(
         _mm256_or_si256(_mm256_and_si256(aux, _mm256_set1_epi32(0x7F)),
                         _mm256_and_si256(_mm256_slli_epi32(aux, 1), _mm256_set1_epi32(0x7F00))),
-        _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi32(aux, 2), _mm256_set1_epi32(0x7F0000)),
-                        _mm256_and_si256(_mm256_slli_epi32(aux, 3), _mm256_set1_epi32(0x7F000000))));
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_slli_epi32(aux, 2), _mm256_set1_epi32(0x7F0000)),
+            _mm256_and_si256(_mm256_slli_epi32(aux, 3), _mm256_set1_epi32(0x7F000000))));
     alignas(32) uint8_t signs[32];
     _mm256_store_si256(reinterpret_cast<__m256i*>(signs), full_sign_bytes(fields));
     alignas(32) int32_t scale[8];
@@ -33,13 +27,14 @@ float dot_iq3_xxs_avx2(const void* weights, const void* act, int64_t n) {
 
     const int8_t* q8 = y[i].qs;
     __m256i sum = _mm256_setzero_si256();
+    // Not unrolled, so that per-sub-block values are broadcast loads (see iq2_xs_avx2.cpp).
+#pragma GCC unroll 1
     for (int ib = 0; ib < 8; ++ib) {
       const uint8_t* ix = b.qs + 8 * ib;
-      const __m256i grid = _mm256_set_epi64x(grid_pair(ix[6], ix[7]), grid_pair(ix[4], ix[5]),
-                                             grid_pair(ix[2], ix[3]), grid_pair(ix[0], ix[1]));
-      const __m256i p = signed_products(
-          grid, sign_masks(signs + 4 * ib),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * ib)));
+      const __m256i grid = gather8(kIQ3XXSGrid, ix);
+      const __m256i p =
+          signed_products(grid, sign_masks(signs + 4 * ib),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * ib)));
       sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, broadcast32(scale + ib)));
     }
     acc = accumulate_block(acc, sum, b.d, y[i].d);

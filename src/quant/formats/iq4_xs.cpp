@@ -61,8 +61,8 @@ float dot_ref(const void* weights, const void* act, int64_t n) {
 }  // namespace
 
 const FormatKernels kIQ4_XSKernels = {
-    Type::IQ4_XS, ActFormat::Q8_K, dequantize, nullptr, random_blocks,
-    dot_ref,      iq::dot_iq4_xs_avx2, 0.0f,
+    Type::IQ4_XS,  ActFormat::Q8_K, dequantize,          nullptr,
+    random_blocks, dot_ref,         iq::dot_iq4_xs_avx2, 0.0f,
 };
 
 }  // namespace strata::quant

@@ -1,11 +1,12 @@
 // Shared pieces of the i-quant formats (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ4_XS): ggml's block layouts,
 // the codebooks, the sign rule, and the one way every i-quant dot product turns a block's exact
-// integer sum into a float, which the scalar and AVX2 kernels both follow so they agree bit for bit.
+// integer sum into a float, which the scalar and AVX2 kernels both follow so they agree bit for
+// bit.
 //
-// Dot products pair with Q8_K activations. Each kernel sums, per 256-element block, the products
-// of integer weight codes, integer sub-block scales and the activation's int8 codes exactly in
-// int32; the float work per block is then one fused multiply-add, in block order:
-//     acc = fma(float(isum), d_w * d_a, acc)
+// Dot products pair with Q8_K activations. Each kernel sums, per 256-element block, the products of
+// integer weight codes, integer sub-block scales and the activation's int8 codes exactly in int32;
+// the float work per block is then one fused multiply-add, in block order,
+//     acc = fma(float(isum), d_w * d_a, acc),
 // and the row result is acc times the format's power-of-two unit (exact). Integer sums are the
 // same in any order, so a SIMD kernel that sums its lanes differently still matches bit for bit.
 #pragma once
@@ -21,8 +22,8 @@ namespace strata::quant::iq {
 
 constexpr int kQK = 256;  // elements per block (ggml's QK_K)
 
-// ggml block_iq2_xxs: per 32 elements, two uint32: four grid indices (bytes), then four 7-bit
-// sign fields in bits 0..27 and a 4-bit scale s in bits 28..31; element = d*(2s+1)/8*grid*sign.
+// ggml block_iq2_xxs: per 32 elements, two uint32: four grid indices (bytes), then four 7-bit sign
+// fields in bits 0..27 and a 4-bit scale s in bits 28..31; element = d*(2s+1)/8*grid*sign.
 struct BlockIQ2XXS {
   uint16_t d;  // fp16
   uint16_t qs[kQK / 8];
@@ -38,8 +39,8 @@ struct BlockIQ2XS {
 };
 static_assert(sizeof(BlockIQ2XS) == 74);
 
-// ggml block_iq3_xxs: qs[0..63] are grid indices (4 elements each), then per 32 elements one
-// uint32 of four 7-bit sign fields and a 4-bit scale s; element = d*(2s+1)/4*grid*sign.
+// ggml block_iq3_xxs: qs[0..63] are grid indices (4 elements each), then per 32 elements one uint32
+// of four 7-bit sign fields and a 4-bit scale s; element = d*(2s+1)/4*grid*sign.
 struct BlockIQ3XXS {
   uint16_t d;
   uint8_t qs[3 * kQK / 8];
@@ -47,8 +48,8 @@ struct BlockIQ3XXS {
 static_assert(sizeof(BlockIQ3XXS) == 98);
 
 // ggml block_iq4_xs: 6-bit scales (low 4 bits in scales_l nibbles, high 2 bits in scales_h),
-// element = d*(ls-32)*kIQ4NLValues[nibble]; in each 32-element sub-block byte j holds element j
-// in its low nibble and element j+16 in its high nibble.
+// element = d*(ls-32)*kIQ4NLValues[nibble]; in each 32-element sub-block byte j holds element j in
+// its low nibble and element j+16 in its high nibble.
 struct BlockIQ4XS {
   uint16_t d;
   uint16_t scales_h;
@@ -58,6 +59,7 @@ struct BlockIQ4XS {
 static_assert(sizeof(BlockIQ4XS) == 136);
 
 // The activation side, ggml block_q8_K (as quant/act.cpp writes it): x ~= d*qs, bsums unused here.
+// The AVX2 kernels rely on qs being in [-127, 127], which quantize_act guarantees.
 struct BlockQ8K {
   float d;
   int8_t qs[kQK];
@@ -74,8 +76,8 @@ inline constexpr int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22,
 
 // A 7-bit sign field stores the signs of elements 0..6 of a group of 8 (bit set = negative); the
 // sign of element 7 is implied: the group always has an even number of negatives (ggml's
-// ksigns_iq2xs is exactly this function tabulated). Every 7-bit value is therefore valid.
-// Takes the field in the low 7 bits of `bits` and ignores the rest.
+// ksigns_iq2xs is exactly this function tabulated). Every 7-bit value is therefore valid. Takes the
+// field in the low 7 bits of `bits` and ignores the rest.
 constexpr uint8_t sign_byte(uint32_t bits) {
   const uint32_t field = bits & 127u;
   return uint8_t(field | uint32_t(std::popcount(field) & 1) << 7);
