@@ -1,0 +1,192 @@
+// Device query, device memory and the Device object: host code of the CUDA backend.
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/launch.h"
+#include "quant/formats/iq_common.h"
+
+namespace strata::cuda {
+
+using detail::check;
+
+namespace {
+
+// cudaGetDeviceCount fails (rather than reporting 0) when there is no driver or no device.
+cudaError_t count_devices(int& n) {
+  n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    n = 0;
+    cudaGetLastError();  // the error is not sticky; clear it so later calls start clean
+  }
+  return err;
+}
+
+// Restores the calling thread's current device when it goes out of scope, so that querying or
+// constructing a Device does not change which device the caller's own CUDA calls use.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int index) {
+    check(cudaGetDevice(&saved_), "cudaGetDevice");
+    check(cudaSetDevice(index), "cudaSetDevice");
+  }
+  ~CurrentDevice() { cudaSetDevice(saved_); }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int saved_ = 0;
+};
+
+}  // namespace
+
+int device_count() {
+  int n;
+  count_devices(n);
+  return n;
+}
+
+std::string unavailable_reason() {
+  int n;
+  const cudaError_t err = count_devices(n);
+  if (err != cudaSuccess) return cat("no CUDA device: ", cudaGetErrorString(err));
+  if (n == 0) return "no CUDA device: the driver reports none";
+  return {};
+}
+
+DeviceInfo query_device(int index) {
+  int n;
+  const cudaError_t err = count_devices(n);
+  if (err != cudaSuccess) fail("no CUDA device: ", cudaGetErrorString(err));
+  if (index < 0 || index >= n) fail("no CUDA device: index ", index, " asked for, ", n, " present");
+  cudaDeviceProp prop;
+  check(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
+  DeviceInfo info;
+  info.index = index;
+  info.name = prop.name;
+  info.sm_count = prop.multiProcessorCount;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  info.l2_bytes = size_t(prop.l2CacheSize);
+  const CurrentDevice current(index);
+  check(cudaMemGetInfo(&info.free_bytes, &info.total_bytes), "cudaMemGetInfo");
+  return info;
+}
+
+// DeviceBuffer ------------------------------------------------------------------------------------
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  const cudaError_t err = cudaMalloc(&data_, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail("CUDA error in cudaMalloc of ", bytes, " bytes: ", cudaGetErrorString(err));
+  }
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_) cudaFree(data_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_) cudaFree(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+// Device ------------------------------------------------------------------------------------------
+
+struct Device::Impl {
+  DeviceInfo info;
+  cudaStream_t stream = nullptr;
+  DeviceBuffer tables_memory;
+  detail::DecodeTables tables{};
+  detail::LaunchLimits limits{};
+
+  ~Impl() {
+    if (stream) {
+      cudaSetDevice(info.index);
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+    }
+  }
+
+  // Every op makes this device current first: a thread may drive several devices.
+  void use() const { check(cudaSetDevice(info.index), "cudaSetDevice"); }
+};
+
+Device::Device(int index) : impl_(std::make_unique<Impl>()) {
+  impl_->info = query_device(index);
+  impl_->use();
+  check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+
+  // The i-quant codebooks, copied from the quant module's tables into one device allocation.
+  const size_t n2xxs = sizeof(quant::iq::kIQ2XXSGrid), n2xs = sizeof(quant::iq::kIQ2XSGrid);
+  const size_t n3xxs = sizeof(quant::iq::kIQ3XXSGrid), n4nl = sizeof(quant::iq::kIQ4NLValues);
+  std::vector<uint8_t> host(n2xxs + n2xs + n3xxs + n4nl);
+  std::memcpy(host.data(), quant::iq::kIQ2XXSGrid, n2xxs);
+  std::memcpy(host.data() + n2xxs, quant::iq::kIQ2XSGrid, n2xs);
+  std::memcpy(host.data() + n2xxs + n2xs, quant::iq::kIQ3XXSGrid, n3xxs);
+  std::memcpy(host.data() + n2xxs + n2xs + n3xxs, quant::iq::kIQ4NLValues, n4nl);
+  impl_->tables_memory = DeviceBuffer(host.size());
+  upload(impl_->tables_memory.data(), host.data(), host.size());
+  const auto* base = impl_->tables_memory.as<uint8_t>();
+  impl_->tables.iq2xxs_grid = reinterpret_cast<const uint64_t*>(base);
+  impl_->tables.iq2xs_grid = reinterpret_cast<const uint64_t*>(base + n2xxs);
+  impl_->tables.iq3xxs_grid = reinterpret_cast<const uint32_t*>(base + n2xxs + n2xs);
+  impl_->tables.iq4nl_values = reinterpret_cast<const int8_t*>(base + n2xxs + n2xs + n3xxs);
+
+  // Kernels stride over their work, so a grid of a few waves of resident blocks covers any size.
+  impl_->limits.max_blocks = impl_->info.sm_count * 32;
+}
+
+Device::~Device() = default;
+
+const DeviceInfo& Device::info() const { return impl_->info; }
+
+void Device::upload(void* dst, const void* src, size_t bytes) {
+  impl_->use();
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, impl_->stream), "upload");
+  check(cudaStreamSynchronize(impl_->stream), "upload");
+}
+
+void Device::download(void* dst, const void* src, size_t bytes) {
+  impl_->use();
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, impl_->stream), "download");
+  check(cudaStreamSynchronize(impl_->stream), "download");
+}
+
+void Device::copy(void* dst, const void* src, size_t bytes) {
+  impl_->use();
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl_->stream), "copy");
+}
+
+void Device::synchronize() {
+  impl_->use();
+  check(cudaStreamSynchronize(impl_->stream), "synchronize");
+}
+
+void Device::dequantize(quant::Type t, const void* blocks, float* out, int64_t n) {
+  impl_->use();
+  detail::launch_dequantize(t, blocks, out, n, impl_->tables, impl_->limits, impl_->stream);
+}
+
+void Device::matvec(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
+                    const float* x, float* y) {
+  impl_->use();
+  detail::launch_matvec(t, w, row_stride, rows, cols, x, y, impl_->tables, impl_->limits,
+                        impl_->stream);
+}
+
+}  // namespace strata::cuda
