@@ -1,0 +1,126 @@
+#include "decode/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "util/error.h"
+
+namespace strata::decode {
+
+void SamplingParams::validate() const {
+  if (!std::isfinite(temperature) || temperature < 0)
+    fail("sampling: temperature must be >= 0, got ", temperature);
+  if (top_k < 0) fail("sampling: top_k must be >= 0, got ", top_k);
+  if (!(top_p > 0 && top_p <= 1)) fail("sampling: top_p must be in (0, 1], got ", top_p);
+  if (!(min_p >= 0 && min_p <= 1)) fail("sampling: min_p must be in [0, 1], got ", min_p);
+  if (!(repetition_penalty > 0) || !std::isfinite(repetition_penalty))
+    fail("sampling: repetition_penalty must be > 0, got ", repetition_penalty);
+  if (!std::isfinite(presence_penalty) || std::fabs(presence_penalty) > 2)
+    fail("sampling: presence_penalty must be in [-2, 2], got ", presence_penalty);
+  if (!std::isfinite(frequency_penalty) || std::fabs(frequency_penalty) > 2)
+    fail("sampling: frequency_penalty must be in [-2, 2], got ", frequency_penalty);
+  if (penalty_last_n < -1) fail("sampling: penalty_last_n must be >= -1, got ", penalty_last_n);
+}
+
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[size_t(best)]) best = int32_t(i);
+  return best;
+}
+
+Sampler::Sampler(const SamplingParams& params, int64_t n_vocab)
+    : params_(params), n_vocab_(n_vocab), rng_(params.seed) {
+  params_.validate();
+  if (n_vocab <= 0) fail("sampling: vocabulary is empty");
+}
+
+void Sampler::apply_penalties(std::span<const int32_t> history) {
+  const bool any = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                   params_.frequency_penalty != 0.0f;
+  if (!any || history.empty() || params_.penalty_last_n == 0) return;
+  size_t first = 0;
+  if (params_.penalty_last_n > 0 && history.size() > size_t(params_.penalty_last_n))
+    first = history.size() - size_t(params_.penalty_last_n);
+  counts_.clear();
+  for (size_t i = first; i < history.size(); ++i)
+    if (history[i] >= 0 && history[i] < n_vocab_) ++counts_[history[i]];
+  // candidates_ is indexed by id at this point (filled in id order, not yet filtered).
+  for (const auto& [id, count] : counts_) {
+    float& l = candidates_[size_t(id)].logit;
+    l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+    l -= params_.presence_penalty + params_.frequency_penalty * float(count);
+  }
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  if (int64_t(logits.size()) != n_vocab_)
+    fail("sampling: got ", logits.size(), " logits for a vocabulary of ", n_vocab_);
+  candidates_.resize(size_t(n_vocab_));
+  for (int64_t i = 0; i < n_vocab_; ++i) candidates_[size_t(i)] = {int32_t(i), logits[size_t(i)]};
+  apply_penalties(history);
+
+  // NaN logits never win; if every logit is NaN that is a model fault, not a choice.
+  std::erase_if(candidates_, [](const Candidate& c) { return std::isnan(c.logit); });
+  if (candidates_.empty()) fail("sampling: every logit is NaN");
+
+  const auto by_logit = [](const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  };
+  if (params_.temperature <= 0.0f)
+    return std::min_element(candidates_.begin(), candidates_.end(), by_logit)->id;
+
+  size_t keep = candidates_.size();
+  if (params_.top_k > 0 && size_t(params_.top_k) < keep) {
+    keep = size_t(params_.top_k);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + std::ptrdiff_t(keep),
+                      candidates_.end(), by_logit);
+    candidates_.resize(keep);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+
+  // Softmax in double over the sorted candidates, largest first, so the sum's order is fixed.
+  probs_.resize(candidates_.size());
+  const double top = candidates_[0].logit;
+  double sum = 0;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    const double p = std::exp((double(candidates_[i].logit) - top) / params_.temperature);
+    probs_[i] = float(p);
+    sum += p;
+  }
+  for (float& p : probs_) p = float(double(p) / sum);
+
+  if (params_.top_p < 1.0f) {
+    double cum = 0;
+    size_t n = 0;
+    while (n < probs_.size()) {
+      cum += probs_[n++];
+      if (cum >= params_.top_p) break;
+    }
+    probs_.resize(n);
+    candidates_.resize(n);
+  }
+  if (params_.min_p > 0.0f) {
+    const float floor = params_.min_p * probs_[0];
+    size_t n = 1;
+    while (n < probs_.size() && probs_[n] >= floor) ++n;
+    probs_.resize(n);
+    candidates_.resize(n);
+  }
+  return draw();
+}
+
+int32_t Sampler::draw() {
+  double total = 0;
+  for (float p : probs_) total += p;
+  const double u = double(rng_.uniform()) * total;
+  double cum = 0;
+  for (size_t i = 0; i < probs_.size(); ++i) {
+    cum += probs_[i];
+    if (u < cum) return candidates_[i].id;
+  }
+  return candidates_.back().id;
+}
+
+}  // namespace strata::decode

@@ -1,0 +1,60 @@
+// Token selection from logits: penalties, then greedy or temperature sampling restricted by top-k,
+// top-p and min-p. Deterministic: the same logits, history and seed give the same token on every
+// machine (fixed sort order, ties broken by token id, our own RNG).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "util/rng.h"
+
+namespace strata::decode {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // <= 0: greedy (argmax, lowest id on ties)
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  float repetition_penalty = 1.0f;  // CTRL-style: positive logits divided, negative multiplied
+  float presence_penalty = 0.0f;    // OpenAI-style: subtracted once per token seen
+  float frequency_penalty = 0.0f;   // OpenAI-style: subtracted per occurrence
+  int32_t penalty_last_n = 256;     // history window the penalties look at; -1: all
+  uint64_t seed = 0;
+
+  // Throws strata::Error naming the parameter that is out of range.
+  void validate() const;
+};
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, int64_t n_vocab);
+
+  // Picks the next token. `logits` has n_vocab entries; `history` holds the tokens so far
+  // (prompt and output), which the penalties read.
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  struct Candidate {
+    int32_t id;
+    float logit;
+  };
+  void apply_penalties(std::span<const int32_t> history);
+  int32_t draw();
+
+  SamplingParams params_;
+  int64_t n_vocab_;
+  Rng rng_;
+  std::vector<Candidate> candidates_;
+  std::vector<float> probs_;
+  std::unordered_map<int32_t, int32_t> counts_;
+};
+
+// Greedy choice without a Sampler: the lowest id among the maxima.
+int32_t argmax(std::span<const float> logits);
+
+}  // namespace strata::decode

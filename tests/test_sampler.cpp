@@ -1,0 +1,164 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "decode/sampler.h"
+#include "decode/stop.h"
+#include "util/error.h"
+
+namespace strata::decode {
+namespace {
+
+std::vector<float> ramp(int n) {
+  std::vector<float> l(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) l[size_t(i)] = float(i) * 0.1f;
+  return l;
+}
+
+TEST(Sampler, GreedyTakesArgmaxLowestIdOnTies) {
+  Sampler s({}, 5);
+  const std::vector<float> logits = {1, 3, 3, -1, 2};
+  EXPECT_EQ(s.sample(logits, {}), 1);
+  EXPECT_EQ(argmax(logits), 1);
+}
+
+TEST(Sampler, GreedyIgnoresNaN) {
+  Sampler s({}, 3);
+  const std::vector<float> logits = {NAN, 0.5f, 0.25f};
+  EXPECT_EQ(s.sample(logits, {}), 1);
+  const std::vector<float> all_nan = {NAN, NAN, NAN};
+  EXPECT_THROW(s.sample(all_nan, {}), Error);
+}
+
+TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  Sampler s(p, 3);
+  // Token 0 (logit 3) halves to 1.5 < 2, so token 1 wins; token 2 (negative) is pushed further.
+  const std::vector<float> logits = {3.0f, 2.0f, -1.0f};
+  const std::vector<int32_t> history = {0, 2};
+  EXPECT_EQ(s.sample(logits, history), 1);
+}
+
+TEST(Sampler, FrequencyAndPresencePenaltiesCountOccurrences) {
+  SamplingParams p;
+  p.frequency_penalty = 0.5f;
+  Sampler s(p, 2);
+  const std::vector<float> logits = {1.0f, 0.2f};
+  EXPECT_EQ(s.sample(logits, std::vector<int32_t>{0}), 0);     // 1.0 - 0.5 = 0.5 > 0.2
+  EXPECT_EQ(s.sample(logits, std::vector<int32_t>{0, 0}), 1);  // 1.0 - 1.0 = 0.0 < 0.2
+  SamplingParams q;
+  q.presence_penalty = 0.9f;
+  Sampler t(q, 2);
+  EXPECT_EQ(t.sample(logits, std::vector<int32_t>{0, 0, 0}), 1);  // once: 0.1 < 0.2
+}
+
+TEST(Sampler, PenaltyWindowLimitsHistory) {
+  SamplingParams p;
+  p.presence_penalty = 2.0f;
+  p.penalty_last_n = 1;
+  Sampler s(p, 2);
+  const std::vector<float> logits = {1.0f, 0.5f};
+  EXPECT_EQ(s.sample(logits, std::vector<int32_t>{0, 1}), 0);  // token 0 is outside the window
+}
+
+TEST(Sampler, SameSeedSameTokens) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 42;
+  Sampler a(p, 50), b(p, 50);
+  const auto logits = ramp(50);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(a.sample(logits, {}), b.sample(logits, {}));
+}
+
+TEST(Sampler, TopKRestrictsToBestK) {
+  SamplingParams p;
+  p.temperature = 5.0f;
+  p.top_k = 3;
+  p.seed = 7;
+  Sampler s(p, 50);
+  const auto logits = ramp(50);
+  for (int i = 0; i < 500; ++i) EXPECT_GE(s.sample(logits, {}), 47);
+}
+
+TEST(Sampler, TopPKeepsSmallestNucleus) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.5f;
+  p.seed = 3;
+  Sampler s(p, 4);
+  // Probabilities ~ {0.6, 0.3, 0.07, 0.03}: the nucleus for 0.5 is token 0 alone.
+  const std::vector<float> logits = {std::log(0.6f), std::log(0.3f), std::log(0.07f),
+                                     std::log(0.03f)};
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(s.sample(logits, {}), 0);
+}
+
+TEST(Sampler, MinPDropsUnlikelyTokens) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.min_p = 0.4f;
+  p.seed = 5;
+  Sampler s(p, 3);
+  // p = {5/9, 3/9, 1/9}: the floor 0.4 * 5/9 = 2/9 keeps tokens 0 and 1 and drops token 2.
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.1f)};
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 2000; ++i) ++seen[s.sample(logits, {})];
+  EXPECT_EQ(seen.count(2), 0u);
+  EXPECT_GT(seen[0], seen[1]);
+  EXPECT_GT(seen[1], 0);
+}
+
+TEST(Sampler, TemperatureSamplingFollowsDistribution) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 11;
+  Sampler s(p, 2);
+  const std::vector<float> logits = {std::log(0.75f), std::log(0.25f)};
+  int zeros = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) zeros += s.sample(logits, {}) == 0;
+  EXPECT_NEAR(double(zeros) / n, 0.75, 0.02);
+}
+
+TEST(Sampler, RejectsBadParameters) {
+  SamplingParams p;
+  p.top_p = 0.0f;
+  EXPECT_THROW(Sampler(p, 10), Error);
+  p = {};
+  p.temperature = -1.0f;
+  EXPECT_THROW(Sampler(p, 10), Error);
+  p = {};
+  p.min_p = 2.0f;
+  EXPECT_THROW(Sampler(p, 10), Error);
+  Sampler ok({}, 10);
+  EXPECT_THROW(ok.sample(std::vector<float>(9), {}), Error);
+}
+
+TEST(StopMatcher, HoldsBackPossiblePrefixes) {
+  StopMatcher m({"</s>", "STOP"});
+  EXPECT_EQ(m.feed("hello <"), "hello ");
+  EXPECT_EQ(m.feed("/"), "");
+  EXPECT_EQ(m.feed("x"), "</x");
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.feed(" ST"), " ");
+  EXPECT_EQ(m.feed("OP and more"), "");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.matched(), "STOP");
+  EXPECT_EQ(m.feed("ignored"), "");
+}
+
+TEST(StopMatcher, EarliestStopWinsAndFlushReturnsRest) {
+  StopMatcher m({"bc", "abcd"});
+  EXPECT_EQ(m.feed("xab"), "x");
+  EXPECT_EQ(m.feed("cd"), "");  // "abcd" starts at 0, before "bc" at 1
+  EXPECT_EQ(m.matched(), "abcd");
+  StopMatcher n({"zz"});
+  EXPECT_EQ(n.feed("abz"), "ab");
+  EXPECT_EQ(n.flush(), "z");
+  EXPECT_THROW(StopMatcher({""}), Error);
+}
+
+}  // namespace
+}  // namespace strata::decode
