@@ -27,15 +27,20 @@ uint64_t align_up(uint64_t x, uint64_t alignment) {
   return (x + alignment - 1) / alignment * alignment;
 }
 
+void put_bytes(std::vector<uint8_t>& out, const void* p, size_t n) {
+  const size_t at = out.size();
+  out.resize(at + n);
+  if (n) std::memcpy(out.data() + at, p, n);
+}
+
 template <typename T>
 void put_raw(std::vector<uint8_t>& out, T x) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&x);
-  out.insert(out.end(), p, p + sizeof x);
+  put_bytes(out, &x, sizeof x);
 }
 
 void put_string(std::vector<uint8_t>& out, const std::string& s) {
   put_raw<uint64_t>(out, s.size());
-  out.insert(out.end(), s.begin(), s.end());
+  put_bytes(out, s.data(), s.size());
 }
 
 // The value's bytes without its own type tag (array elements carry none).
