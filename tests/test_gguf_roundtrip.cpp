@@ -1,5 +1,9 @@
 // GGUF Writer -> Reader round trips, the exact bytes of a tiny file, and the Writer's rules.
+#include <signal.h>
+#include <sys/resource.h>
+
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "gguf_test_util.h"
@@ -332,6 +336,33 @@ TEST(GgufWriter, UncreatableFileNamesPathAndErrno) {
   Writer w(dir.file("missing/dir/x.gguf"));
   EXPECT_CONTAINS(error_of([&] { w.begin_data(); }),
                   "missing/dir/x.gguf.tmp: cannot create: No such file or directory");
+}
+
+// A file-size limit stands in for a full disk: the write fails with EFBIG instead of ENOSPC.
+void write_past_size_limit(const std::string& path) {
+  signal(SIGXFSZ, SIG_IGN);
+  const rlimit limit{1 << 20, 1 << 20};
+  setrlimit(RLIMIT_FSIZE, &limit);
+  std::vector<uint8_t> data(size_t(4) << 20);
+  try {
+    Writer w(path);
+    w.add_tensor("big", quant::Type::I32, {int64_t(data.size() / 4)});
+    w.begin_data();
+    for (size_t at = 0; at < data.size(); at += 100'000)
+      w.write(data.data() + at, std::min<size_t>(100'000, data.size() - at));
+    w.finish();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::exit(std::filesystem::exists(path + ".tmp") || std::filesystem::exists(path) ? 2 : 0);
+  }
+  std::exit(1);
+}
+
+TEST(GgufWriterDeathTest, WriteFailureNamesFileAndReason) {
+  TempDir dir;
+  const auto path = dir.file("full.gguf");
+  EXPECT_EXIT(write_past_size_limit(path), ::testing::ExitedWithCode(0),
+              "full.gguf.tmp: write failed: File too large");
 }
 
 TEST(GgufReader, OpenMissingFileOrDirectory) {

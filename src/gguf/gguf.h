@@ -7,7 +7,8 @@
 //
 // Writer: streams. The tensor table is declared first, the header written, then tensor data are
 // appended in declaration order, chunk by chunk, so a model never has to be held in memory. The
-// file appears under its name only when finish() succeeds.
+// file appears under its name only when finish() succeeds. After an I/O error (disk full) the
+// Writer can only be destroyed, which removes the partial file. docs/GGUF.md has the details.
 #pragma once
 
 #include <cstdint>
