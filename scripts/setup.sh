@@ -10,6 +10,8 @@ packages=(
   libcli11-dev                   # command-line parsing
   nlohmann-json3-dev             # JSON (benchmark output, tokenizer.json, server)
   libxxhash-dev                  # checksums (expert pack records)
+  libpcre2-dev                   # tokenizer: pre-tokenizer regex
+  libutf8proc-dev                # tokenizer: NFC normalization
   clang libclang-rt-14-dev       # libFuzzer targets in fuzz/
 )
 
