@@ -317,6 +317,16 @@ TEST(GgufWriter, RejectsBadDeclarations) {
   EXPECT_EQ(Reader::open(path)->tensors().size(), 2u);
 }
 
+TEST(GgufWriter, DataSectionOverflowIsAnError) {
+  TempDir dir;
+  Writer w(dir.file("o.gguf"));
+  w.add_tensor("a", quant::Type::F32, {int64_t(1) << 61});
+  w.add_tensor("b", quant::Type::F32, {int64_t(1) << 61});
+  EXPECT_CONTAINS(error_of([&] { w.begin_data(); }),
+                  "o.gguf: tensor 'b': the data section would exceed 2^64 bytes");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.gguf.tmp")));
+}
+
 TEST(GgufWriter, UnfinishedFileIsRemoved) {
   TempDir dir;
   const auto path = dir.file("u.gguf");

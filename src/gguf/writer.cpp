@@ -133,6 +133,8 @@ void Writer::begin_data() {
   if (data_started_) fail(path_, ": begin_data() called twice");
   uint64_t offset = 0;
   for (auto& t : tensors_) {
+    if (t.nbytes > std::numeric_limits<uint64_t>::max() - alignment_ - offset)
+      fail(path_, ": tensor '", t.name, "': the data section would exceed 2^64 bytes");
     t.offset = offset;
     offset = align_up(offset + t.nbytes, alignment_);
   }
