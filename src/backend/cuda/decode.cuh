@@ -233,15 +233,13 @@ struct Decoder<Type::Q3_K> {
   }
 };
 
-// Scale and min s (0..7) of the 12-byte Q4_K/Q5_K field (ggml's get_scale_min_k4).
+// Scale and min s (0..7) of the 12-byte Q4_K/Q5_K field (ggml's get_scale_min_k4). Branch-free:
+// lanes of a warp take different s, and q[s - 4] lies inside the block (the fp16 d, dmin) when
+// s < 4, where its value is not used.
 __device__ __forceinline__ void scale_min_k4(int s, const uint8_t* q, int& sc, int& m) {
-  if (s < 4) {
-    sc = int(ld_u8(q + s) & 63);
-    m = int(ld_u8(q + s + 4) & 63);
-  } else {
-    sc = int((ld_u8(q + s + 4) & 0xF) | ((ld_u8(q + s - 4) >> 6) << 4));
-    m = int((ld_u8(q + s + 4) >> 4) | ((ld_u8(q + s) >> 6) << 4));
-  }
+  const uint32_t lo = ld_u8(q + s), hi = ld_u8(q + s + 4), below = ld_u8(q + s - 4);
+  sc = int(s < 4 ? lo & 63 : (hi & 0xF) | ((below >> 6) << 4));
+  m = int(s < 4 ? hi & 63 : (hi >> 4) | ((lo >> 6) << 4));
 }
 
 // d, dmin, scales[12], qs[128]: sub-block s (32 elements) takes the low (s even) or high nibbles

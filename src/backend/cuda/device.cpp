@@ -147,8 +147,11 @@ Device::Device(int index) : impl_(std::make_unique<Impl>()) {
   impl_->tables.iq3xxs_grid = reinterpret_cast<const uint32_t*>(base + n2xxs + n2xs);
   impl_->tables.iq4nl_values = reinterpret_cast<const int8_t*>(base + n2xxs + n2xs + n3xxs);
 
-  // Kernels stride over their work, so a grid of a few waves of resident blocks covers any size.
-  impl_->limits.max_blocks = impl_->info.sm_count * 32;
+  // Kernels stride over their work, so a problem larger than the largest grid still runs; below
+  // that, one unit of work per thread or warp lets the block scheduler balance the load.
+  int max_grid = 0;
+  check(cudaDeviceGetAttribute(&max_grid, cudaDevAttrMaxGridDimX, index), "cudaDeviceGetAttribute");
+  impl_->limits.max_blocks = max_grid;
 }
 
 Device::~Device() = default;
