@@ -93,8 +93,8 @@ struct Bytes {
 inline ::testing::AssertionResult contains(const char* hay_expr, const char* needle_expr,
                                           const std::string& hay, const std::string& needle) {
   if (hay.find(needle) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << hay_expr << " is \"" << hay << "\"\n  expected it to contain "
-                                       << needle_expr << " = \"" << needle << "\"";
+  return ::testing::AssertionFailure() << hay_expr << " is \"" << hay << "\"\n  expected it to "
+                                       << "contain " << needle_expr << " = \"" << needle << "\"";
 }
 
 #define EXPECT_CONTAINS(hay, needle) \

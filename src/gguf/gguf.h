@@ -206,7 +206,7 @@ class Writer {
   std::vector<uint8_t> buffer_;  // pending bytes; large chunks bypass it
   bool data_started_ = false;
   bool finished_ = false;
-  size_t current_ = 0;           // tensor being written
+  size_t current_ = 0;            // tensor being written
   uint64_t current_written_ = 0;  // bytes of it so far
   uint64_t position_ = 0;         // bytes written to the file
 };

@@ -155,11 +155,12 @@ Value read_value(Cursor& in, ValueType type) {
       const ValueType elem = read_value_type(in);
       const auto n = in.read<uint64_t>();
       const uint64_t min_bytes = min_element_bytes(elem);
-      if (n > in.left() / min_bytes)
+      if (n > in.left() / min_bytes) {
+        const bool wraps = n > std::numeric_limits<uint64_t>::max() / min_bytes;
         in.error("array of ", n, " ", value_type_name(elem), " elements needs at least ",
-                 n > std::numeric_limits<uint64_t>::max() / min_bytes ? std::string("2^64")
-                                                                       : std::to_string(n * min_bytes),
-                 " bytes but only ", in.left(), " are left in the file");
+                 wraps ? std::string("2^64") : std::to_string(n * min_bytes), " bytes but only ",
+                 in.left(), " are left in the file");
+      }
       std::vector<Value> items;
       items.reserve(size_t(n));
       in.enter_array();
