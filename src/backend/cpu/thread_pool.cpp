@@ -51,12 +51,16 @@ bool spin_until(int spin_us, Done&& done) {
   if (spin_us <= 0) return false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
   for (;;) {
-    // The clock costs tens of nanoseconds; a pause costs about as much, so read it sparingly.
+    // About a microsecond of pauses between clock reads.
     for (int i = 0; i < 16; ++i) {
       cpu_relax();
       if (done()) return true;
     }
     if (std::chrono::steady_clock::now() >= deadline) return done();
+    // With more runnable threads than cores, a spinner that never yields can hold the core the
+    // thread it waits for needs: on the loaded 2-core dev box that made a step take hundreds of
+    // microseconds instead of a few (docs/PERFORMANCE.md). On an idle core this returns at once.
+    std::this_thread::yield();
   }
 }
 
