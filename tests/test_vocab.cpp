@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
 
@@ -171,6 +172,17 @@ TEST(GeneratedVocab, EncodesTextWithMerges) {
     EXPECT_EQ(back, text);
   }
   EXPECT_EQ(bpe_encode(v, " the").size(), 1u);
+}
+
+// The engine's tokenizer runs the generated vocab: text round-trips, added tokens are single ids.
+TEST(GeneratedVocab, RunsInTheTokenizer) {
+  const Tokenizer tok(generate_byte_level_bpe(6000, 11));
+  const std::string text = "<|im_start|>user\nThe train was late 🚆, 今天 12.5%<|im_end|>\n<think>\n";
+  const auto ids = tok.encode(text);
+  EXPECT_EQ(tok.decode(ids), text);
+  EXPECT_EQ(ids.front(), *tok.vocab().find("<|im_start|>"));
+  EXPECT_EQ(tok.encode("<think>").size(), 1u);
+  EXPECT_LT(ids.size(), text.size() / 2);
 }
 
 TEST(GeneratedVocab, FlagshipSizeIsFast) {
