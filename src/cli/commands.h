@@ -7,5 +7,6 @@ namespace strata::cli {
 
 void add_inspect_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
 
 }  // namespace strata::cli
