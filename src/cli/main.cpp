@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", [] {
     return std::string("strata 0.1.0 (cpu: ") + strata::cpu_features().describe() + ")";
   });
+  strata::cli::add_convert_command(app);
   strata::cli::add_inspect_command(app);
   strata::cli::add_synth_command(app);
   strata::cli::add_tokenize_command(app);
