@@ -1,0 +1,133 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cpu/ops_attention.h"
+#include "backend/cpu/ops_elementwise.h"
+#include "backend/cpu/ops_matmul.h"
+#include "backend/cpu/ops_moe.h"
+#include "backend/cpu/ops_norm.h"
+#include "backend/cpu/ops_rope.h"
+#include "backend/cpu/ops_ssm.h"
+#include "gguf/gguf.h"
+#include "util/error.h"
+
+namespace strata::backend {
+
+namespace {
+constexpr size_t kAlign = 64;
+}
+
+CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
+
+CpuBackend::~CpuBackend() {
+  for (float* p : allocations_) std::free(p);
+}
+
+Tensor CpuBackend::alloc(int64_t rows, int64_t cols) {
+  if (rows < 0 || cols < 0) fail("alloc: bad shape [", rows, " x ", cols, "]");
+  const size_t bytes = size_t(rows) * size_t(cols) * sizeof(float);
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  auto* p = static_cast<float*>(std::aligned_alloc(kAlign, rounded));
+  if (!p) fail("alloc: out of memory for [", rows, " x ", cols, "] (", bytes, " bytes)");
+  std::memset(p, 0, rounded);
+  allocations_.insert(p);
+  return {p, rows, cols, cols};
+}
+
+void CpuBackend::release(Tensor t) {
+  if (allocations_.erase(t.data) == 0)
+    fail("release: tensor ", cpu::shape(t), " was not allocated by this backend (or is a view)");
+  std::free(t.data);
+}
+
+void CpuBackend::upload(const float* host, Tensor dst) {
+  cpu::check_tensor("upload", "dst", dst);
+  for (int64_t r = 0; r < dst.rows; ++r)
+    std::memcpy(dst.data + r * dst.stride, host + r * dst.cols, size_t(dst.cols) * 4);
+}
+
+void CpuBackend::download(const Tensor& src, float* host) {
+  cpu::check_tensor("download", "src", src);
+  for (int64_t r = 0; r < src.rows; ++r)
+    std::memcpy(host + r * src.cols, src.data + r * src.stride, size_t(src.cols) * 4);
+}
+
+void CpuBackend::fill(Tensor t, float value) { cpu::fill(t, value); }
+void CpuBackend::copy(const Tensor& src, Tensor dst) { cpu::copy(src, dst); }
+
+Weight CpuBackend::weight(const gguf::TensorInfo& tensor, int64_t slice) {
+  const size_t dims = tensor.shape.size();
+  if (dims < 1 || dims > 3)
+    fail("weight ", tensor.name, ": shape ", tensor.shape_string(),
+         " is not a vector, a matrix or a stack of matrices");
+  if (!tensor.data) fail("weight ", tensor.name, ": the tensor has no data (not mapped)");
+  const int64_t n_slices = dims == 3 ? tensor.shape[2] : 1;
+  if (slice < 0 || slice >= n_slices)
+    fail("weight ", tensor.name, ": slice ", slice, " is outside ", tensor.shape_string(), " (",
+         n_slices, " slice", n_slices == 1 ? "" : "s", ")");
+  Weight w;
+  w.type = tensor.type;
+  w.cols = tensor.shape[0];
+  w.rows = dims >= 2 ? tensor.shape[1] : 1;
+  w.row_stride = tensor.row_stride();
+  w.data = tensor.data + size_t(slice) * size_t(w.rows) * w.row_stride;
+  return w;
+}
+
+void CpuBackend::get_rows(const Weight& table, std::span<const int32_t> ids, Tensor y) {
+  cpu::get_rows(table, ids, y);
+}
+void CpuBackend::matmul(const Weight& w, const Tensor& x, Tensor y) {
+  cpu::matmul(pool_, ws_, w, x, y);
+}
+void CpuBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) {
+  cpu::rms_norm(pool_, x, w, group, eps, y);
+}
+void CpuBackend::l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) {
+  cpu::l2_norm(pool_, x, group, eps, y);
+}
+void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor y) { cpu::add(a, b, y); }
+void CpuBackend::scale(const Tensor& x, float s, Tensor y) { cpu::scale(x, s, y); }
+void CpuBackend::mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) {
+  cpu::mul_sigmoid(x, gate, y);
+}
+void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor y) {
+  cpu::swiglu(pool_, gate, up, y);
+}
+void CpuBackend::split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> widths,
+                              std::span<Tensor> outs) {
+  cpu::split_groups(x, n_groups, widths, outs);
+}
+void CpuBackend::rope_neox(Tensor x, std::span<const int32_t> positions, int64_t head_dim,
+                           int64_t rope_dim, float theta) {
+  cpu::rope_neox(x, positions, head_dim, rope_dim, theta);
+}
+void CpuBackend::kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, const Tensor& v,
+                          std::span<const int32_t> positions) {
+  cpu::kv_write(k_cache, v_cache, k, v, positions);
+}
+void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                           std::span<const int32_t> positions, int64_t n_head, int64_t n_head_kv,
+                           int64_t head_dim, float scale, Tensor y) {
+  cpu::attention(pool_, q, k_cache, v_cache, positions, n_head, n_head_kv, head_dim, scale, y);
+}
+void CpuBackend::conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Tensor y) {
+  cpu::conv1d_silu(pool_, x, state, w, y);
+}
+void CpuBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& g, const Tensor& beta, Tensor state,
+                                  int64_t n_heads, Tensor y) {
+  cpu::gated_delta_rule(pool_, q, k, v, g, beta, state, n_heads, y);
+}
+Routing CpuBackend::route_softmax_topk(const Tensor& logits, int64_t top_k, bool renormalize) {
+  return cpu::route_softmax_topk(logits, top_k, renormalize);
+}
+void CpuBackend::moe_experts(const Tensor& x, const Routing& routing,
+                             std::span<const ExpertWeights> experts, Tensor y) {
+  cpu::moe_experts(pool_, ws_, x, routing, experts, y);
+}
+
+}  // namespace strata::backend

@@ -1,0 +1,67 @@
+// The CPU backend: activations in host memory, ops on a fixed thread pool, AVX2 kernels where
+// the CPU has them (docs/BACKEND.md lists every op's definition and error bound).
+//
+// Every op writes each output from one task with a fixed reduction order, so results are
+// bitwise the same for any thread count, any window size (a T-row window equals T one-row
+// windows) and both instruction sets. Not thread-safe: one caller at a time.
+#pragma once
+
+#include <unordered_set>
+
+#include "backend/backend.h"
+#include "backend/cpu/ops_common.h"
+#include "backend/cpu/thread_pool.h"
+
+namespace strata::backend {
+
+class CpuBackend : public Backend {
+ public:
+  // n_threads <= 0: one per hardware thread.
+  explicit CpuBackend(int n_threads = 0);
+  ~CpuBackend() override;
+  CpuBackend(const CpuBackend&) = delete;
+  CpuBackend& operator=(const CpuBackend&) = delete;
+
+  const char* name() const override { return "cpu"; }
+  int threads() const { return pool_.size(); }
+
+  Tensor alloc(int64_t rows, int64_t cols) override;
+  void release(Tensor t) override;
+  void upload(const float* host, Tensor dst) override;
+  void download(const Tensor& src, float* host) override;
+  void fill(Tensor t, float value) override;
+  void copy(const Tensor& src, Tensor dst) override;
+  // 1-D tensors (norm weights, biases) are one row; 2-D a matrix; 3-D a stack of matrices.
+  Weight weight(const gguf::TensorInfo& tensor, int64_t slice = 0) override;
+
+  void get_rows(const Weight& table, std::span<const int32_t> ids, Tensor y) override;
+  void matmul(const Weight& w, const Tensor& x, Tensor y) override;
+  void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) override;
+  void l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) override;
+  void add(const Tensor& a, const Tensor& b, Tensor y) override;
+  void scale(const Tensor& x, float s, Tensor y) override;
+  void mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) override;
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor y) override;
+  void split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> widths,
+                    std::span<Tensor> outs) override;
+  void rope_neox(Tensor x, std::span<const int32_t> positions, int64_t head_dim,
+                 int64_t rope_dim, float theta) override;
+  void kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, const Tensor& v,
+                std::span<const int32_t> positions) override;
+  void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                 std::span<const int32_t> positions, int64_t n_head, int64_t n_head_kv,
+                 int64_t head_dim, float scale, Tensor y) override;
+  void conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Tensor y) override;
+  void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                        const Tensor& beta, Tensor state, int64_t n_heads, Tensor y) override;
+  Routing route_softmax_topk(const Tensor& logits, int64_t top_k, bool renormalize) override;
+  void moe_experts(const Tensor& x, const Routing& routing, std::span<const ExpertWeights> experts,
+                   Tensor y) override;
+
+ private:
+  cpu::ThreadPool pool_;
+  cpu::Workspace ws_;
+  std::unordered_set<float*> allocations_;
+};
+
+}  // namespace strata::backend

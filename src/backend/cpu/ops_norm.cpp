@@ -1,0 +1,63 @@
+// The sums of squares run in the fixed lane order of ops_vec.h, so a group's result depends on
+// its values alone, never on the row count, the thread count or the instruction set.
+#include "backend/cpu/ops_norm.h"
+
+#include <cmath>
+
+#include "backend/cpu/ops_vec.h"
+
+namespace strata::cpu {
+
+namespace {
+
+// Checks shared by both norms; returns the number of groups per row.
+int64_t check_groups(const char* op, const Tensor& x, int64_t group, Tensor y) {
+  check_tensor(op, "x", x);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  require(group > 0 && x.cols % group == 0, op, "group ", group, " does not divide the ",
+          x.cols, " columns of x");
+  return x.cols / group;
+}
+
+// Runs fn(row, group index) for every group of every row.
+template <typename Fn>
+void for_groups(ThreadPool& pool, const Tensor& x, int64_t n_groups, Fn&& fn) {
+  for_tasks(pool, x.rows * n_groups, x.rows * x.cols,
+            [&](int64_t i) { fn(i / n_groups, i % n_groups); });
+}
+
+}  // namespace
+
+void rms_norm(ThreadPool& pool, const Tensor& x, const Weight* w, int64_t group, float eps,
+              Tensor y) {
+  constexpr const char* op = "rms_norm";
+  const int64_t n_groups = check_groups(op, x, group, y);
+  const float* wf = nullptr;
+  if (w) {
+    require(w->type == quant::Type::F32 && w->data, op, "the weight must be F32 with data");
+    require(w->rows * w->cols == group, op, "the weight has ", w->rows * w->cols,
+            " values but the group is ", group);
+    wf = static_cast<const float*>(w->data);
+  }
+  const VecKernels& v = vec();
+  for_groups(pool, x, n_groups, [&](int64_t r, int64_t g) {
+    const float* xg = x.data + r * x.stride + g * group;
+    float* yg = y.data + r * y.stride + g * group;
+    const float mean = v.sum_squares(xg, group) / float(group);
+    v.scale_mul(xg, 1.0f / std::sqrt(mean + eps), wf, yg, group);
+  });
+}
+
+void l2_norm(ThreadPool& pool, const Tensor& x, int64_t group, float eps, Tensor y) {
+  constexpr const char* op = "l2_norm";
+  const int64_t n_groups = check_groups(op, x, group, y);
+  const VecKernels& v = vec();
+  for_groups(pool, x, n_groups, [&](int64_t r, int64_t g) {
+    const float* xg = x.data + r * x.stride + g * group;
+    float* yg = y.data + r * y.stride + g * group;
+    v.scale_mul(xg, 1.0f / std::sqrt(v.sum_squares(xg, group) + eps), nullptr, yg, group);
+  });
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,32 @@
+// The recurrent ops of the Gated DeltaNet layers: the short causal conv and the delta rule.
+// Both carry state from window to window and walk the window's rows in order, so a T-row
+// window leaves the same outputs and the same state as T one-row windows.
+#pragma once
+
+#include "backend/cpu/ops_common.h"
+
+namespace strata::cpu {
+
+// x, y: [T, C]; w: F32 with rows = C and cols = kernel (the GGUF ssm_conv1d layout, ne = [kernel,
+// C]); state: [kernel - 1, C], row 0 the oldest of the previous inputs (zeros at the start).
+//   y[t, c] = silu(sum_{j = 0..kernel-1} w[c, j] * in[t - kernel + 1 + j, c])
+// where in[] is the state rows followed by x's rows; the sum runs j ascending from 0 (product,
+// then add). Afterwards the state holds the last kernel - 1 rows of in[]. y must not overlap x.
+void conv1d_silu(ThreadPool& pool, const Tensor& x, Tensor state, const Weight& w, Tensor y);
+
+// The recurrent gated delta rule (torch_recurrent_gated_delta_rule), per value head h:
+//   q, k: [T, n_heads * dk]   — already expanded to the value heads, l2-normed, and q already
+//                                scaled by 1/sqrt(dk): the op does not scale q (the reference
+//                                does it inside its kernel; here the model code does).
+//   v, y: [T, n_heads * dv]
+//   g, beta: [T, n_heads]     — g the log decay (<= 0), beta the write strength (sigmoid done)
+//   state: [n_heads * dk, dv], contiguous; rows h*dk .. h*dk+dk-1 are head h's S, S[i][j] with
+//          i over key dims and j over value dims (the reference's [dk, dv] per head).
+// Each token: S *= exp(g); kv = S^T k; delta = (v - kv) * beta; S += k delta^T; y = S^T q,
+// with the fma order of VecKernels::delta_rule_step. One task per head. y must not overlap
+// the inputs.
+void gated_delta_rule(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
+                      const Tensor& g, const Tensor& beta, Tensor state, int64_t n_heads,
+                      Tensor y);
+
+}  // namespace strata::cpu

@@ -1,0 +1,524 @@
+// The CPU backend's element-wise, norm, rope, attention and recurrent ops, each against a naive
+// reference written here (double precision where it matters) within a stated bound, plus the
+// determinism contract: a T-row window equals T one-row calls and 1, 2 and 3 threads agree, bit
+// for bit. Matmul, routing and MoE are in test_backend_ops_moe.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/ops_vec.h"
+#include "gguf/gguf.h"
+#include "util/cpu.h"
+#include "util/error.h"
+#include "util/rng.h"
+
+namespace strata::backend {
+namespace {
+
+using Floats = std::vector<float>;
+
+Floats random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  Floats v(n);
+  for (float& x : v) x = rng.normal() * scale;
+  return v;
+}
+
+Tensor make(Backend& be, int64_t rows, int64_t cols, const Floats& host) {
+  Tensor t = be.alloc(rows, cols);
+  be.upload(host.data(), t);
+  return t;
+}
+
+Floats read(Backend& be, const Tensor& t) {
+  Floats out(size_t(t.rows * t.cols));
+  be.download(t, out.data());
+  return out;
+}
+
+bool same_bits(const Floats& a, const Floats& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// |got - want| <= rel * |want| + abs, element by element.
+void expect_near(const Floats& got, const std::vector<double>& want, double rel, double abs,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int reported = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - want[i]);
+    if (err > rel * std::fabs(want[i]) + abs && reported++ < 5)
+      ADD_FAILURE() << what << " [" << i << "]: " << got[i] << " vs " << want[i];
+  }
+}
+
+void expect_throws_naming(const std::function<void()>& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+// Runs `op` (which uploads its own inputs and returns its outputs) on backends of 1, 2 and 3
+// threads and checks the outputs agree bitwise; returns the 1-thread result.
+std::vector<Floats> across_threads(const std::function<std::vector<Floats>(Backend&)>& op) {
+  std::vector<Floats> first;
+  for (int threads = 1; threads <= 3; ++threads) {
+    CpuBackend be(threads);
+    std::vector<Floats> got = op(be);
+    if (threads == 1) {
+      first = got;
+    } else {
+      EXPECT_EQ(got.size(), first.size());
+      for (size_t i = 0; i < got.size() && i < first.size(); ++i)
+        EXPECT_TRUE(same_bits(got[i], first[i])) << threads << " threads, output " << i;
+    }
+  }
+  return first;
+}
+
+TEST(CpuBackend, AllocIsZeroedAlignedAndTracked) {
+  CpuBackend be(2);
+  Tensor t = be.alloc(3, 5);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data) % 64, 0u);
+  EXPECT_EQ(t.stride, 5);
+  for (float v : read(be, t)) EXPECT_EQ(v, 0.0f);
+  be.fill(t, 2.5f);
+  for (float v : read(be, t)) EXPECT_EQ(v, 2.5f);
+  expect_throws_naming([&] { be.release(t.rows_view(1, 1)); }, "release");
+  be.release(t);
+  expect_throws_naming([&] { be.release(t); }, "release");
+}
+
+TEST(CpuBackend, ViewsUploadDownloadAndCopy) {
+  CpuBackend be(1);
+  Floats host = random_floats(4 * 6, 1);
+  Tensor t = make(be, 4, 6, host);
+  Tensor cols = t.cols_view(2, 3);
+  Floats got = read(be, cols);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(got[r * 3 + c], host[r * 6 + 2 + c]);
+  Tensor dst = be.alloc(4, 3);
+  be.copy(cols, dst);
+  EXPECT_TRUE(same_bits(read(be, dst), got));
+  expect_throws_naming([&] { be.copy(t, dst); }, "copy");
+}
+
+TEST(CpuBackend, WeightViewsAndSlices) {
+  CpuBackend be(1);
+  std::vector<float> data(8 * 4 * 3);
+  gguf::TensorInfo info;
+  info.name = "blk.0.ffn_gate_exps.weight";
+  info.type = quant::Type::F32;
+  info.shape = {8, 4, 3};
+  info.data = reinterpret_cast<const uint8_t*>(data.data());
+  Weight w = be.weight(info, 2);
+  EXPECT_EQ(w.cols, 8);
+  EXPECT_EQ(w.rows, 4);
+  EXPECT_EQ(w.row_stride, 32u);
+  EXPECT_EQ(w.data, data.data() + 2 * 32);
+  expect_throws_naming([&] { be.weight(info, 3); }, "blk.0.ffn_gate_exps.weight");
+  expect_throws_naming([&] { be.weight(info, -1); }, "slice");
+  info.shape = {8, 4};
+  EXPECT_EQ(be.weight(info).rows, 4);
+  expect_throws_naming([&] { be.weight(info, 1); }, "slice 1");
+  info.shape = {32};
+  EXPECT_EQ(be.weight(info).rows, 1);
+  info.shape = {4, 2, 2, 3};
+  expect_throws_naming([&] { be.weight(info); }, "blk.0.ffn_gate_exps.weight");
+  info.shape = {8, 4};
+  info.data = nullptr;
+  expect_throws_naming([&] { be.weight(info); }, "no data");
+}
+
+// The vector kernels' two builds are one definition: bitwise equal on every length.
+TEST(CpuVecKernels, Avx2BuildEqualsBaselineBitwise) {
+  if (!cpu_features().avx2) GTEST_SKIP() << "no AVX2";
+  const cpu::VecKernels& a = *cpu::vec_avx2();
+  const cpu::VecKernels& b = cpu::kVecBaseline;
+  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 128, 130, 257}) {
+    Floats x = random_floats(size_t(n), 10 + n), y = random_floats(size_t(n), 20 + n);
+    EXPECT_EQ(std::bit_cast<uint32_t>(a.dot(x.data(), y.data(), n)),
+              std::bit_cast<uint32_t>(b.dot(x.data(), y.data(), n)))
+        << n;
+    EXPECT_EQ(std::bit_cast<uint32_t>(a.sum_squares(x.data(), n)),
+              std::bit_cast<uint32_t>(b.sum_squares(x.data(), n)))
+        << n;
+    Floats ya = y, yb = y;
+    a.rescale_axpy(0.75f, 1.3f, x.data(), ya.data(), n);
+    b.rescale_axpy(0.75f, 1.3f, x.data(), yb.data(), n);
+    EXPECT_TRUE(same_bits(ya, yb)) << n;
+  }
+  const int64_t dk = 24, dv = 40;
+  Floats S = random_floats(dk * dv, 3), q = random_floats(dk, 4), k = random_floats(dk, 5),
+         v = random_floats(dv, 6);
+  Floats Sa = S, Sb = S, oa(dv), ob(dv), scratch(dv);
+  for (int step = 0; step < 3; ++step) {
+    a.delta_rule_step(Sa.data(), q.data(), k.data(), v.data(), 0.9f, 0.6f, dk, dv,
+                      scratch.data(), oa.data());
+    b.delta_rule_step(Sb.data(), q.data(), k.data(), v.data(), 0.9f, 0.6f, dk, dv,
+                      scratch.data(), ob.data());
+  }
+  EXPECT_TRUE(same_bits(Sa, Sb));
+  EXPECT_TRUE(same_bits(oa, ob));
+}
+
+// Checks a row-wise op: bitwise equal across thread counts, and its T-row result equals T
+// one-row calls (on row views of the same tensors). `op(be, in, out)` runs on full tensors.
+void check_rowwise(int64_t T, std::vector<std::pair<int64_t, Floats>> inputs, int64_t out_cols,
+                   const std::function<void(Backend&, std::vector<Tensor>&, Tensor)>& op,
+                   Floats* result) {
+  auto run = [&](Backend& be, bool one_row) {
+    std::vector<Tensor> in;
+    for (auto& [cols, host] : inputs) in.push_back(make(be, T, cols, host));
+    Tensor out = be.alloc(T, out_cols);
+    if (one_row) {
+      for (int64_t r = 0; r < T; ++r) {
+        std::vector<Tensor> row;
+        for (Tensor& t : in) row.push_back(t.rows_view(r, 1));
+        op(be, row, out.rows_view(r, 1));
+      }
+    } else {
+      op(be, in, out);
+    }
+    return read(be, out);
+  };
+  *result = across_threads([&](Backend& be) { return std::vector<Floats>{run(be, false)}; })[0];
+  CpuBackend be(2);
+  EXPECT_TRUE(same_bits(run(be, true), *result)) << "T-row window vs one-row calls";
+}
+
+TEST(CpuOps, RmsNormAndL2Norm) {
+  const int64_t T = 6, C = 4096, group = 512;
+  Floats x = random_floats(T * C, 31, 3.0f);
+  Floats w = random_floats(group, 32);
+  std::vector<float> wdata = w;
+  Weight wt{quant::Type::F32, wdata.data(), group, 1, size_t(group) * 4};
+  const float eps = 1e-6f;
+  Floats y;
+  check_rowwise(T, {{C, x}}, C,
+                [&](Backend& be, std::vector<Tensor>& in, Tensor out) {
+                  be.rms_norm(in[0], &wt, group, eps, out);
+                },
+                &y);
+  std::vector<double> want(x.size()), want_l2(x.size());
+  for (int64_t g = 0; g < T * C / group; ++g) {
+    double ss = 0;
+    for (int64_t i = 0; i < group; ++i) ss += double(x[g * group + i]) * x[g * group + i];
+    for (int64_t i = 0; i < group; ++i) {
+      want[g * group + i] = x[g * group + i] / std::sqrt(ss / group + eps) * w[i];
+      want_l2[g * group + i] = x[g * group + i] / std::sqrt(ss + eps);
+    }
+  }
+  expect_near(y, want, 2e-5, 1e-7, "rms_norm");
+  Floats y2;
+  check_rowwise(T, {{C, x}}, C,
+                [&](Backend& be, std::vector<Tensor>& in, Tensor out) {
+                  be.l2_norm(in[0], group, eps, out);
+                },
+                &y2);
+  expect_near(y2, want_l2, 2e-5, 1e-9, "l2_norm");
+
+  CpuBackend be(1);
+  Tensor xt = make(be, T, C, x), yt = be.alloc(T, C);
+  be.rms_norm(xt, nullptr, C, eps, yt);  // in place is allowed too
+  be.rms_norm(xt, nullptr, C, eps, xt);
+  EXPECT_TRUE(same_bits(read(be, xt), read(be, yt)));
+  expect_throws_naming([&] { be.rms_norm(xt, nullptr, 500, eps, yt); }, "rms_norm");
+  expect_throws_naming([&] { be.rms_norm(xt, &wt, C, eps, yt); }, "rms_norm");
+  expect_throws_naming([&] { be.l2_norm(xt, group, eps, yt.cols_view(0, 10)); }, "l2_norm");
+}
+
+TEST(CpuOps, ElementWise) {
+  const int64_t T = 5, C = 3000;
+  Floats a = random_floats(T * C, 41, 4.0f), b = random_floats(T * C, 42, 4.0f);
+  Floats g1 = random_floats(T, 43, 4.0f);
+  Floats y;
+  check_rowwise(T, {{C, a}, {C, b}}, C,
+                [](Backend& be, std::vector<Tensor>& in, Tensor out) { be.add(in[0], in[1], out); },
+                &y);
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], a[i] + b[i]);
+  check_rowwise(T, {{C, a}}, C,
+                [](Backend& be, std::vector<Tensor>& in, Tensor out) { be.scale(in[0], 0.3f, out); },
+                &y);
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], a[i] * 0.3f);
+
+  std::vector<double> want(a.size());
+  check_rowwise(T, {{C, a}, {C, b}}, C,
+                [](Backend& be, std::vector<Tensor>& in, Tensor out) {
+                  be.mul_sigmoid(in[0], in[1], out);
+                },
+                &y);
+  for (size_t i = 0; i < a.size(); ++i) want[i] = a[i] / (1.0 + std::exp(-double(b[i])));
+  expect_near(y, want, 1e-6, 1e-30, "mul_sigmoid");
+  check_rowwise(T, {{C, a}, {1, g1}}, C,
+                [](Backend& be, std::vector<Tensor>& in, Tensor out) {
+                  be.mul_sigmoid(in[0], in[1], out);
+                },
+                &y);
+  for (size_t i = 0; i < a.size(); ++i) want[i] = a[i] / (1.0 + std::exp(-double(g1[i / C])));
+  expect_near(y, want, 1e-6, 1e-30, "mul_sigmoid (per-row gate)");
+  check_rowwise(T, {{C, a}, {C, b}}, C,
+                [](Backend& be, std::vector<Tensor>& in, Tensor out) {
+                  be.swiglu(in[0], in[1], out);
+                },
+                &y);
+  for (size_t i = 0; i < a.size(); ++i) want[i] = a[i] / (1.0 + std::exp(-double(a[i]))) * b[i];
+  expect_near(y, want, 1e-6, 1e-30, "swiglu");
+
+  CpuBackend be(2);
+  Tensor at = make(be, T, C, a), bt = make(be, T, C, b), yt = be.alloc(T, C);
+  expect_throws_naming([&] { be.add(at, bt.cols_view(0, 5), yt); }, "add");
+  expect_throws_naming([&] { be.mul_sigmoid(at, bt.cols_view(0, 2), yt); }, "mul_sigmoid");
+  expect_throws_naming([&] { be.swiglu(at, bt, yt.rows_view(0, 2)); }, "swiglu");
+  expect_throws_naming([&] { be.scale(at, 2.0f, yt.rows_view(0, 1)); }, "scale");
+}
+
+TEST(CpuOps, SplitGroups) {
+  CpuBackend be(1);
+  const int64_t T = 3, groups = 4;
+  const std::vector<int64_t> widths = {6, 2, 4};
+  Floats x = random_floats(T * groups * 12, 51);
+  Tensor xt = make(be, T, groups * 12, x);
+  std::vector<Tensor> outs = {be.alloc(T, groups * 6), be.alloc(T, groups * 2),
+                              be.alloc(T, groups * 4)};
+  be.split_groups(xt, groups, widths, outs);
+  for (size_t part = 0, first = 0; part < widths.size(); first += widths[part], ++part) {
+    Floats got = read(be, outs[part]);
+    for (int64_t r = 0; r < T; ++r)
+      for (int64_t g = 0; g < groups; ++g)
+        for (int64_t i = 0; i < widths[part]; ++i)
+          ASSERT_EQ(got[(r * groups + g) * widths[part] + i], x[r * groups * 12 + g * 12 + first + i]);
+  }
+  const std::vector<int64_t> bad = {6, 2, 5};
+  expect_throws_naming([&] { be.split_groups(xt, groups, bad, outs); }, "split_groups");
+  expect_throws_naming([&] { be.split_groups(xt, groups, std::span(widths).first(2), outs); },
+                       "split_groups");
+}
+
+TEST(CpuOps, RopeNeox) {
+  const int64_t T = 5, head_dim = 64, rope_dim = 32, heads = 3;
+  const float theta = 1e7f;
+  Floats x = random_floats(T * heads * head_dim, 61);
+  const std::vector<int32_t> pos = {0, 1, 17, 4095, 262143};
+  auto run = [&](Backend& be, bool one_row) {
+    Tensor t = make(be, T, heads * head_dim, x);
+    if (one_row) {
+      for (int64_t r = 0; r < T; ++r)
+        be.rope_neox(t.rows_view(r, 1), std::span(pos).subspan(r, 1), head_dim, rope_dim, theta);
+    } else {
+      be.rope_neox(t, pos, head_dim, rope_dim, theta);
+    }
+    return read(be, t);
+  };
+  Floats y = across_threads([&](Backend& be) { return std::vector<Floats>{run(be, false)}; })[0];
+  CpuBackend be(1);
+  EXPECT_TRUE(same_bits(run(be, true), y));
+  // The definition: fp32 inv_freq and angle, then exact rotation in double.
+  std::vector<double> want(x.size());
+  for (int64_t r = 0; r < T; ++r)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < head_dim; ++i) {
+        const int64_t at = (r * heads + h) * head_dim + i;
+        if (i >= rope_dim) {
+          want[at] = x[at];
+          continue;
+        }
+        const int64_t k = i % (rope_dim / 2);
+        const float inv = 1.0f / float(std::pow(double(theta), double(float(2 * k) / rope_dim)));
+        const double angle = float(float(pos[r]) * inv);
+        const double a = x[at - i + k], b = x[at - i + k + rope_dim / 2];
+        want[at] = i < rope_dim / 2 ? a * std::cos(angle) - b * std::sin(angle)
+                                    : b * std::cos(angle) + a * std::sin(angle);
+      }
+  expect_near(y, want, 0, 1e-6 * 8, "rope_neox");
+  Tensor t = make(be, T, heads * head_dim, x);
+  expect_throws_naming([&] { be.rope_neox(t, std::span(pos).first(2), head_dim, 32, theta); },
+                       "rope_neox");
+  expect_throws_naming([&] { be.rope_neox(t, pos, head_dim, 66, theta); }, "rope_dim");
+  expect_throws_naming([&] { be.rope_neox(t, pos, 50, 32, theta); }, "head_dim");
+}
+
+TEST(CpuOps, Attention) {
+  const int64_t n_head = 8, n_kv = 2, hd = 64, prefix = 37, T = 6, cache_rows = 64;
+  const float scale = 0.125f;
+  Floats kpre = random_floats(prefix * n_kv * hd, 71), vpre = random_floats(prefix * n_kv * hd, 72);
+  Floats q = random_floats(T * n_head * hd, 73, 2.0f), k = random_floats(T * n_kv * hd, 74),
+         v = random_floats(T * n_kv * hd, 75);
+  std::vector<int32_t> pre_pos(prefix), pos(T);
+  for (int i = 0; i < prefix; ++i) pre_pos[i] = i;
+  for (int i = 0; i < T; ++i) pos[i] = prefix + i;
+  auto run = [&](Backend& be, bool one_row) {
+    Tensor kc = be.alloc(cache_rows, n_kv * hd), vc = be.alloc(cache_rows, n_kv * hd);
+    be.kv_write(kc, vc, make(be, prefix, n_kv * hd, kpre), make(be, prefix, n_kv * hd, vpre),
+                pre_pos);
+    Tensor qt = make(be, T, n_head * hd, q), kt = make(be, T, n_kv * hd, k),
+           vt = make(be, T, n_kv * hd, v), y = be.alloc(T, n_head * hd);
+    if (one_row) {
+      for (int64_t r = 0; r < T; ++r) {
+        auto p = std::span(pos).subspan(r, 1);
+        be.kv_write(kc, vc, kt.rows_view(r, 1), vt.rows_view(r, 1), p);
+        be.attention(qt.rows_view(r, 1), kc, vc, p, n_head, n_kv, hd, scale, y.rows_view(r, 1));
+      }
+    } else {
+      be.kv_write(kc, vc, kt, vt, pos);
+      be.attention(qt, kc, vc, pos, n_head, n_kv, hd, scale, y);
+    }
+    return read(be, y);
+  };
+  Floats y = across_threads([&](Backend& be) { return std::vector<Floats>{run(be, false)}; })[0];
+  CpuBackend be(2);
+  EXPECT_TRUE(same_bits(run(be, true), y)) << "T-row window vs one-row calls";
+
+  Floats kall = kpre, vall = vpre;
+  kall.insert(kall.end(), k.begin(), k.end());
+  vall.insert(vall.end(), v.begin(), v.end());
+  std::vector<double> want(y.size());
+  for (int64_t r = 0; r < T; ++r)
+    for (int64_t h = 0; h < n_head; ++h) {
+      const int64_t kvh = h / (n_head / n_kv);
+      std::vector<double> s(size_t(pos[r] + 1));
+      double mx = -1e300, sum = 0;
+      for (int64_t p = 0; p <= pos[r]; ++p) {
+        double d = 0;
+        for (int64_t i = 0; i < hd; ++i)
+          d += double(q[(r * n_head + h) * hd + i]) * kall[(p * n_kv + kvh) * hd + i];
+        s[p] = d * scale;
+        mx = std::max(mx, s[p]);
+      }
+      for (double& e : s) sum += (e = std::exp(e - mx));
+      for (int64_t i = 0; i < hd; ++i) {
+        double acc = 0;
+        for (int64_t p = 0; p <= pos[r]; ++p) acc += s[p] / sum * vall[(p * n_kv + kvh) * hd + i];
+        want[(r * n_head + h) * hd + i] = acc;
+      }
+    }
+  expect_near(y, want, 0, 2e-6, "attention");
+
+  Tensor kc = be.alloc(cache_rows, n_kv * hd), vc = be.alloc(cache_rows, n_kv * hd);
+  Tensor qt = make(be, T, n_head * hd, q), yt = be.alloc(T, n_head * hd);
+  expect_throws_naming([&] { be.attention(qt, kc, vc, pos, n_head, 3, hd, scale, yt); },
+                       "attention");
+  expect_throws_naming([&] { be.attention(qt, kc, vc, pos, n_head, n_kv, 32, scale, yt); },
+                       "attention");
+  const std::vector<int32_t> far = {0, 1, 2, 3, 4, 64};
+  expect_throws_naming([&] { be.attention(qt, kc, vc, far, n_head, n_kv, hd, scale, yt); },
+                       "position 64");
+  expect_throws_naming([&] { be.attention(qt, kc, vc, pos, n_head, n_kv, hd, scale, qt); },
+                       "overlap");
+  expect_throws_naming([&] { be.kv_write(kc, vc, qt, qt, pos); }, "kv_write");
+}
+
+TEST(CpuOps, Conv1dSiluCarriesState) {
+  const int64_t T = 7, C = 600, K = 4;
+  Floats x = random_floats(T * C, 81), w = random_floats(C * K, 82), s0 = random_floats((K - 1) * C, 83);
+  Weight wt{quant::Type::F32, w.data(), K, C, size_t(K) * 4};
+  auto run = [&](Backend& be, bool one_row) {
+    Tensor xt = make(be, T, C, x), st = make(be, K - 1, C, s0), y = be.alloc(T, C);
+    if (one_row) {
+      for (int64_t r = 0; r < T; ++r) be.conv1d_silu(xt.rows_view(r, 1), st, wt, y.rows_view(r, 1));
+    } else {
+      be.conv1d_silu(xt, st, wt, y);
+    }
+    return std::vector<Floats>{read(be, y), read(be, st)};
+  };
+  std::vector<Floats> got = across_threads([&](Backend& be) { return run(be, false); });
+  CpuBackend be(3);
+  std::vector<Floats> rows = run(be, true);
+  EXPECT_TRUE(same_bits(rows[0], got[0]) && same_bits(rows[1], got[1]));
+
+  auto in = [&](int64_t t, int64_t c) -> double {
+    return t < 0 ? s0[(K - 1 + t) * C + c] : x[t * C + c];
+  };
+  std::vector<double> want(T * C), want_state((K - 1) * C);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < C; ++c) {
+      double acc = 0;
+      for (int64_t j = 0; j < K; ++j) acc += double(w[c * K + j]) * in(t - K + 1 + j, c);
+      want[t * C + c] = acc / (1 + std::exp(-acc));
+    }
+  for (int64_t s = 0; s < K - 1; ++s)
+    for (int64_t c = 0; c < C; ++c) want_state[s * C + c] = in(T - K + 1 + s, c);
+  expect_near(got[0], want, 1e-5, 1e-6, "conv1d_silu");
+  expect_near(got[1], want_state, 0, 0, "conv1d_silu state");
+
+  Tensor xt = make(be, T, C, x), st = be.alloc(K, C), y = be.alloc(T, C);
+  expect_throws_naming([&] { be.conv1d_silu(xt, st, wt, y); }, "state");
+  expect_throws_naming([&] { be.conv1d_silu(xt, st.rows_view(0, K - 1), wt, xt); }, "overlap");
+}
+
+TEST(CpuOps, GatedDeltaRuleCarriesState) {
+  const int64_t T = 6, H = 4, dk = 32, dv = 48;
+  Rng rng(91);
+  Floats q = random_floats(T * H * dk, 92), k = random_floats(T * H * dk, 93),
+         v = random_floats(T * H * dv, 94), g(T * H), beta(T * H),
+         s0 = random_floats(H * dk * dv, 95, 0.1f);
+  for (int64_t i = 0; i < T * H; ++i) {
+    g[i] = -rng.uniform(0.0f, 1.0f);
+    beta[i] = rng.uniform(0.0f, 1.0f);
+    for (Floats* f : {&q, &k}) {  // l2-normed, q also scaled: what the model code passes
+      double ss = 0;
+      for (int64_t j = 0; j < dk; ++j) ss += double((*f)[i * dk + j]) * (*f)[i * dk + j];
+      const double s = (f == &q ? 1.0 / std::sqrt(double(dk)) : 1.0) / std::sqrt(ss);
+      for (int64_t j = 0; j < dk; ++j) (*f)[i * dk + j] = float((*f)[i * dk + j] * s);
+    }
+  }
+  auto run = [&](Backend& be, bool one_row) {
+    Tensor qt = make(be, T, H * dk, q), kt = make(be, T, H * dk, k), vt = make(be, T, H * dv, v),
+           gt = make(be, T, H, g), bt = make(be, T, H, beta), st = make(be, H * dk, dv, s0),
+           y = be.alloc(T, H * dv);
+    if (one_row) {
+      for (int64_t r = 0; r < T; ++r)
+        be.gated_delta_rule(qt.rows_view(r, 1), kt.rows_view(r, 1), vt.rows_view(r, 1),
+                            gt.rows_view(r, 1), bt.rows_view(r, 1), st, H, y.rows_view(r, 1));
+    } else {
+      be.gated_delta_rule(qt, kt, vt, gt, bt, st, H, y);
+    }
+    return std::vector<Floats>{read(be, y), read(be, st)};
+  };
+  std::vector<Floats> got = across_threads([&](Backend& be) { return run(be, false); });
+  CpuBackend be(2);
+  std::vector<Floats> rows = run(be, true);
+  EXPECT_TRUE(same_bits(rows[0], got[0]) && same_bits(rows[1], got[1]));
+
+  std::vector<double> S(s0.begin(), s0.end()), want(T * H * dv);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      double* Sh = S.data() + h * dk * dv;
+      const float* qh = q.data() + (t * H + h) * dk;
+      const float* kh = k.data() + (t * H + h) * dk;
+      const float* vh = v.data() + (t * H + h) * dv;
+      for (int64_t i = 0; i < dk * dv; ++i) Sh[i] *= std::exp(double(g[t * H + h]));
+      for (int64_t j = 0; j < dv; ++j) {
+        double kv = 0;
+        for (int64_t i = 0; i < dk; ++i) kv += Sh[i * dv + j] * kh[i];
+        const double delta = (vh[j] - kv) * beta[t * H + h];
+        for (int64_t i = 0; i < dk; ++i) Sh[i * dv + j] += kh[i] * delta;
+      }
+      for (int64_t j = 0; j < dv; ++j) {
+        double o = 0;
+        for (int64_t i = 0; i < dk; ++i) o += Sh[i * dv + j] * qh[i];
+        want[(t * H + h) * dv + j] = o;
+      }
+    }
+  expect_near(got[0], want, 1e-5, 1e-6, "gated_delta_rule output");
+  expect_near(got[1], S, 1e-5, 1e-6, "gated_delta_rule state");
+
+  Tensor qt = make(be, T, H * dk, q), vt = make(be, T, H * dv, v), gt = make(be, T, H, g),
+         st = be.alloc(H * dk, dv), y = be.alloc(T, H * dv);
+  expect_throws_naming([&] { be.gated_delta_rule(qt, qt, vt, gt, gt, st.rows_view(0, 8), H, y); },
+                       "state");
+  expect_throws_naming([&] { be.gated_delta_rule(qt, qt, vt, gt.cols_view(0, 3), gt, st, H, y); },
+                       "gated_delta_rule");
+  expect_throws_naming([&] { be.gated_delta_rule(qt, qt, vt, gt, gt, st, H, vt); }, "overlap");
+}
+
+}  // namespace
+}  // namespace strata::backend
