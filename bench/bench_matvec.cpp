@@ -1,6 +1,7 @@
 // Mat-vec speed of every weight format with kernels, in weight bytes streamed per second:
 //  - matvec_stream: 512 MiB of weights (several times the LLC), so the kernel has to keep up
-//    with DRAM; vs_read_bw compares it with read_bandwidth() at the same thread count.
+//    with DRAM; vs_read_bw compares it with read_bandwidth() at the same thread count
+//    (vs_read_bw_cpu: the same per CPU second, see thread_cpu_seconds).
 //  - matvec_cached: 1 MiB (fits in L2), so the number is the kernel's compute speed.
 //  - matvec_ref: the scalar reference dot, one thread, 8 MiB, for comparison.
 //  - quantize_act: preparing the activation, once per mat-vec.
@@ -72,15 +73,23 @@ std::vector<float> activation() {
   return x;
 }
 
-void report(benchmark::State& state, const Matrix& m, int threads) {
+// threads: the pool size; compare_to_dram: add vs_read_bw; cpu_seconds: the caller's CPU time
+// in the timed loop (GB/s_cpu is only meaningful when the caller did all the work).
+void report(benchmark::State& state, const Matrix& m, int threads, bool compare_to_dram,
+            double cpu_seconds) {
   const double bytes = double(m.bytes());
+  const double bytes_per_cpu_second = bytes * double(state.iterations()) / cpu_seconds;
+  if (threads == 1) state.counters["GB/s_cpu"] = bytes_per_cpu_second * 1e-9;
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(m.bytes()));
   state.counters["GB/s"] =
       benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["rows"] = double(m.rows);
-  if (threads > 0)
-    state.counters["vs_read_bw"] = benchmark::Counter(
-        bytes / read_bandwidth(threads), benchmark::Counter::kIsIterationInvariantRate);
+  if (compare_to_dram) {
+    const Bandwidth dram = read_bandwidth(threads);
+    state.counters["vs_read_bw"] =
+        benchmark::Counter(bytes / dram.per_second, benchmark::Counter::kIsIterationInvariantRate);
+    if (threads == 1) state.counters["vs_read_bw_cpu"] = bytes_per_cpu_second / dram.per_cpu_second;
+  }
 }
 
 void run_matvec(benchmark::State& state, quant::Type t, size_t budget, bool compare_to_dram) {
@@ -91,12 +100,13 @@ void run_matvec(benchmark::State& state, quant::Type t, size_t budget, bool comp
   const std::vector<float> x = activation();
   std::vector<float> y(size_t(m.rows));
   std::vector<uint8_t> act(quant::act_bytes(quant::kernels(t).act, kCols));
+  const double cpu0 = thread_cpu_seconds();
   for (auto _ : state) {
     cpu::matvec_parallel(pool, t, m.weights.data(), m.row_stride, m.rows, kCols, x.data(),
                          y.data(), act.data());
     benchmark::ClobberMemory();
   }
-  report(state, m, compare_to_dram ? threads : 0);
+  report(state, m, threads, compare_to_dram, thread_cpu_seconds() - cpu0);
 }
 
 void run_ref(benchmark::State& state, quant::Type t) {
@@ -105,13 +115,14 @@ void run_ref(benchmark::State& state, quant::Type t) {
   const std::vector<float> x = activation();
   std::vector<float> y(size_t(m.rows));
   std::vector<uint8_t> act(quant::act_bytes(k.act, kCols));
+  const double cpu0 = thread_cpu_seconds();
   for (auto _ : state) {
     quant::quantize_act_ref(k.act, x.data(), act.data(), kCols);
     for (int64_t r = 0; r < m.rows; ++r)
       y[size_t(r)] = k.dot_ref(m.weights.data() + size_t(r) * m.row_stride, act.data(), kCols);
     benchmark::ClobberMemory();
   }
-  report(state, m, 0);
+  report(state, m, 1, false, thread_cpu_seconds() - cpu0);
 }
 
 const char* act_name(quant::ActFormat f) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -82,8 +83,11 @@ void parallel_copy(cpu::ThreadPool& pool, uint8_t* dst, const uint8_t* src, size
 void BM_MemoryRead(benchmark::State& state) {
   cpu::ThreadPool pool(int(state.range(0)));
   Buffer buf(kReadBytes);
+  const double cpu0 = thread_cpu_seconds();
   for (auto _ : state) benchmark::DoNotOptimize(parallel_sum(pool, buf));
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(buf.size()));
+  const double bytes = double(state.iterations()) * double(buf.size());
+  state.SetBytesProcessed(int64_t(bytes));
+  if (pool.size() == 1) state.counters["GB/s_cpu"] = bytes * 1e-9 / (thread_cpu_seconds() - cpu0);
 }
 
 void BM_MemoryCopy(benchmark::State& state) {
@@ -116,9 +120,9 @@ Buffer::Buffer(size_t bytes) : size_(bytes) {
 
 void Buffer::Free::operator()(uint8_t* p) const { std::free(p); }
 
-double read_bandwidth(int n_threads) {
+Bandwidth read_bandwidth(int n_threads) {
   static std::mutex mu;
-  static std::map<int, double> measured;
+  static std::map<int, Bandwidth> measured;
   std::lock_guard lock(mu);
   if (auto it = measured.find(n_threads); it != measured.end()) return it->second;
   cpu::ThreadPool pool(n_threads);
@@ -127,10 +131,19 @@ double read_bandwidth(int n_threads) {
   // Mean over passes, as Google Benchmark reports the mat-vecs it is compared with.
   constexpr int kPasses = 5;
   const auto start = std::chrono::steady_clock::now();
+  const double cpu0 = thread_cpu_seconds();
   for (int i = 0; i < kPasses; ++i) benchmark::DoNotOptimize(parallel_sum(pool, buf));
+  const double cpu = thread_cpu_seconds() - cpu0;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return measured[n_threads] = double(kPasses) * double(buf.size()) / seconds;
+  const double bytes = double(kPasses) * double(buf.size());
+  return measured[n_threads] = Bandwidth{bytes / seconds, bytes / cpu};
+}
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
 std::vector<int> thread_counts() {
