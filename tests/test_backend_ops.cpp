@@ -161,10 +161,10 @@ TEST(CpuVecKernels, Avx2BuildEqualsBaselineBitwise) {
          v = random_floats(dv, 6);
   Floats Sa = S, Sb = S, oa(dv), ob(dv), scratch(dv);
   for (int step = 0; step < 3; ++step) {
-    a.delta_rule_step(Sa.data(), q.data(), k.data(), v.data(), 0.9f, 0.6f, dk, dv,
-                      scratch.data(), oa.data());
-    b.delta_rule_step(Sb.data(), q.data(), k.data(), v.data(), 0.9f, 0.6f, dk, dv,
-                      scratch.data(), ob.data());
+    a.delta_rule_step(Sa.data(), q.data(), k.data(), v.data(), 0.9f, 0.6f, dk, dv, scratch.data(),
+                      oa.data());
+    b.delta_rule_step(Sb.data(), q.data(), k.data(), v.data(), 0.9f, 0.6f, dk, dv, scratch.data(),
+                      ob.data());
   }
   EXPECT_TRUE(same_bits(Sa, Sb));
   EXPECT_TRUE(same_bits(oa, ob));
@@ -203,11 +203,12 @@ TEST(CpuOps, RmsNormAndL2Norm) {
   Weight wt{quant::Type::F32, wdata.data(), group, 1, size_t(group) * 4};
   const float eps = 1e-6f;
   Floats y;
-  check_rowwise(T, {{C, x}}, C,
-                [&](Backend& be, std::vector<Tensor>& in, Tensor out) {
-                  be.rms_norm(in[0], &wt, group, eps, out);
-                },
-                &y);
+  check_rowwise(
+      T, {{C, x}}, C,
+      [&](Backend& be, std::vector<Tensor>& in, Tensor out) {
+        be.rms_norm(in[0], &wt, group, eps, out);
+      },
+      &y);
   std::vector<double> want(x.size()), want_l2(x.size());
   for (int64_t g = 0; g < T * C / group; ++g) {
     double ss = 0;
@@ -219,11 +220,10 @@ TEST(CpuOps, RmsNormAndL2Norm) {
   }
   expect_near(y, want, 2e-5, 1e-7, "rms_norm");
   Floats y2;
-  check_rowwise(T, {{C, x}}, C,
-                [&](Backend& be, std::vector<Tensor>& in, Tensor out) {
-                  be.l2_norm(in[0], group, eps, out);
-                },
-                &y2);
+  check_rowwise(
+      T, {{C, x}}, C,
+      [&](Backend& be, std::vector<Tensor>& in, Tensor out) { be.l2_norm(in[0], group, eps, out); },
+      &y2);
   expect_near(y2, want_l2, 2e-5, 1e-9, "l2_norm");
 
   CpuBackend be(1);
@@ -241,35 +241,31 @@ TEST(CpuOps, ElementWise) {
   Floats a = random_floats(T * C, 41, 4.0f), b = random_floats(T * C, 42, 4.0f);
   Floats g1 = random_floats(T, 43, 4.0f);
   Floats y;
-  check_rowwise(T, {{C, a}, {C, b}}, C,
-                [](Backend& be, std::vector<Tensor>& in, Tensor out) { be.add(in[0], in[1], out); },
-                &y);
+  check_rowwise(
+      T, {{C, a}, {C, b}}, C,
+      [](Backend& be, std::vector<Tensor>& in, Tensor out) { be.add(in[0], in[1], out); }, &y);
   for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], a[i] + b[i]);
-  check_rowwise(T, {{C, a}}, C,
-                [](Backend& be, std::vector<Tensor>& in, Tensor out) { be.scale(in[0], 0.3f, out); },
-                &y);
+  check_rowwise(
+      T, {{C, a}}, C,
+      [](Backend& be, std::vector<Tensor>& in, Tensor out) { be.scale(in[0], 0.3f, out); }, &y);
   for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], a[i] * 0.3f);
 
   std::vector<double> want(a.size());
-  check_rowwise(T, {{C, a}, {C, b}}, C,
-                [](Backend& be, std::vector<Tensor>& in, Tensor out) {
-                  be.mul_sigmoid(in[0], in[1], out);
-                },
-                &y);
+  check_rowwise(
+      T, {{C, a}, {C, b}}, C,
+      [](Backend& be, std::vector<Tensor>& in, Tensor out) { be.mul_sigmoid(in[0], in[1], out); },
+      &y);
   for (size_t i = 0; i < a.size(); ++i) want[i] = a[i] / (1.0 + std::exp(-double(b[i])));
   expect_near(y, want, 1e-6, 1e-30, "mul_sigmoid");
-  check_rowwise(T, {{C, a}, {1, g1}}, C,
-                [](Backend& be, std::vector<Tensor>& in, Tensor out) {
-                  be.mul_sigmoid(in[0], in[1], out);
-                },
-                &y);
+  check_rowwise(
+      T, {{C, a}, {1, g1}}, C,
+      [](Backend& be, std::vector<Tensor>& in, Tensor out) { be.mul_sigmoid(in[0], in[1], out); },
+      &y);
   for (size_t i = 0; i < a.size(); ++i) want[i] = a[i] / (1.0 + std::exp(-double(g1[i / C])));
   expect_near(y, want, 1e-6, 1e-30, "mul_sigmoid (per-row gate)");
-  check_rowwise(T, {{C, a}, {C, b}}, C,
-                [](Backend& be, std::vector<Tensor>& in, Tensor out) {
-                  be.swiglu(in[0], in[1], out);
-                },
-                &y);
+  check_rowwise(
+      T, {{C, a}, {C, b}}, C,
+      [](Backend& be, std::vector<Tensor>& in, Tensor out) { be.swiglu(in[0], in[1], out); }, &y);
   for (size_t i = 0; i < a.size(); ++i) want[i] = a[i] / (1.0 + std::exp(-double(a[i]))) * b[i];
   expect_near(y, want, 1e-6, 1e-30, "swiglu");
 
@@ -295,7 +291,8 @@ TEST(CpuOps, SplitGroups) {
     for (int64_t r = 0; r < T; ++r)
       for (int64_t g = 0; g < groups; ++g)
         for (int64_t i = 0; i < widths[part]; ++i)
-          ASSERT_EQ(got[(r * groups + g) * widths[part] + i], x[r * groups * 12 + g * 12 + first + i]);
+          ASSERT_EQ(got[(r * groups + g) * widths[part] + i],
+                    x[r * groups * 12 + g * 12 + first + i]);
   }
   const std::vector<int64_t> bad = {6, 2, 5};
   expect_throws_naming([&] { be.split_groups(xt, groups, bad, outs); }, "split_groups");
@@ -418,7 +415,8 @@ TEST(CpuOps, Attention) {
 
 TEST(CpuOps, Conv1dSiluCarriesState) {
   const int64_t T = 7, C = 600, K = 4;
-  Floats x = random_floats(T * C, 81), w = random_floats(C * K, 82), s0 = random_floats((K - 1) * C, 83);
+  Floats x = random_floats(T * C, 81), w = random_floats(C * K, 82),
+         s0 = random_floats((K - 1) * C, 83);
   Weight wt{quant::Type::F32, w.data(), K, C, size_t(K) * 4};
   auto run = [&](Backend& be, bool one_row) {
     Tensor xt = make(be, T, C, x), st = make(be, K - 1, C, s0), y = be.alloc(T, C);

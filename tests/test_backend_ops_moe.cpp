@@ -60,8 +60,8 @@ struct OwnedWeight {
 TEST(CpuMatmul, EqualsReferenceDotPerFormatAndIsWindowAndThreadInvariant) {
   // 70 rows spans two activation tiles of 64; 100 outputs leave a partial row tile.
   const int64_t T = 70, rows = 100, cols = 512;
-  for (quant::Type type : {quant::Type::F32, quant::Type::F16, quant::Type::Q8_0,
-                           quant::Type::Q4_K, quant::Type::IQ2_XS}) {
+  for (quant::Type type : {quant::Type::F32, quant::Type::F16, quant::Type::Q8_0, quant::Type::Q4_K,
+                           quant::Type::IQ2_XS}) {
     SCOPED_TRACE(quant::type_info(type).name);
     const quant::FormatKernels& k = quant::kernels(type);
     OwnedWeight ow(type, rows, cols, 100 + int(type));
@@ -182,8 +182,8 @@ Floats moe_by_rows(const Floats& x, const Floats& y0, const Routing& routing,
       std::vector<uint8_t> scratch(quant::act_bytes(quant::ActFormat::F32, std::max(n_ff, n_embd)));
       quant::matvec(ew.gate.type, ew.gate.data, ew.gate.row_stride, n_ff, n_embd,
                     x.data() + r * n_embd, g.data(), scratch.data());
-      quant::matvec(ew.up.type, ew.up.data, ew.up.row_stride, n_ff, n_embd,
-                    x.data() + r * n_embd, u.data(), scratch.data());
+      quant::matvec(ew.up.type, ew.up.data, ew.up.row_stride, n_ff, n_embd, x.data() + r * n_embd,
+                    u.data(), scratch.data());
       for (int64_t i = 0; i < n_ff; ++i) h[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
       quant::matvec(ew.down.type, ew.down.data, ew.down.row_stride, n_embd, n_ff, h.data(),
                     o.data(), scratch.data());
@@ -211,8 +211,8 @@ TEST(CpuMoe, EqualsPerRowCompositionAndIsWindowAndThreadInvariant) {
   Routing routing;
   routing.top_k = K;
   routing.experts = {5, 1, 2, 1, 5, 7, 0, 2, 5, 6, 3, 1, 7, 5, 4};
-  routing.weights = {0.5f, 0.3f, 0.2f, 0.6f, 0.25f, 0.15f, 0.4f, 0.4f, 0.2f,
-                     0.7f, 0.2f, 0.1f, 0.34f, 0.33f, 0.33f};
+  routing.weights = {0.5f, 0.3f, 0.2f, 0.6f, 0.25f, 0.15f, 0.4f, 0.4f,
+                     0.2f, 0.7f, 0.2f, 0.1f, 0.34f, 0.33f, 0.33f};
 
   Floats window;
   for (int threads = 1; threads <= 3; ++threads) {

@@ -44,8 +44,8 @@ class CpuBackend : public Backend {
   void swiglu(const Tensor& gate, const Tensor& up, Tensor y) override;
   void split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> widths,
                     std::span<Tensor> outs) override;
-  void rope_neox(Tensor x, std::span<const int32_t> positions, int64_t head_dim,
-                 int64_t rope_dim, float theta) override;
+  void rope_neox(Tensor x, std::span<const int32_t> positions, int64_t head_dim, int64_t rope_dim,
+                 float theta) override;
   void kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, const Tensor& v,
                 std::span<const int32_t> positions) override;
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,

@@ -39,11 +39,11 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache, const T
   check_tensor(op, "k_cache", k_cache);
   check_tensor(op, "v_cache", v_cache);
   check_tensor(op, "y", y);
-  require(n_head > 0 && n_head_kv > 0 && head_dim > 0 && n_head % n_head_kv == 0, op,
-          "n_head ", n_head, " must be a positive multiple of n_head_kv ", n_head_kv,
-          " (head_dim ", head_dim, ")");
-  require(q.cols == n_head * head_dim, op, "q ", shape(q), " should have ", n_head, " x ",
-          head_dim, " columns");
+  require(n_head > 0 && n_head_kv > 0 && head_dim > 0 && n_head % n_head_kv == 0, op, "n_head ",
+          n_head, " must be a positive multiple of n_head_kv ", n_head_kv, " (head_dim ", head_dim,
+          ")");
+  require(q.cols == n_head * head_dim, op, "q ", shape(q), " should have ", n_head, " x ", head_dim,
+          " columns");
   require(k_cache.cols == n_head_kv * head_dim && v_cache.cols == k_cache.cols, op, "k_cache ",
           shape(k_cache), " and v_cache ", shape(v_cache), " should have ", n_head_kv, " x ",
           head_dim, " columns");

@@ -18,9 +18,9 @@ using backend::Weight;
 
 // Reusable buffers, grown on demand; one set per backend (ops of one backend never overlap).
 struct Workspace {
-  std::vector<uint8_t> act;     // quantized activations
-  std::vector<uint8_t> act2;    // a second activation set (MoE: the hidden layer)
-  std::vector<float> f32;       // fp32 intermediates
+  std::vector<uint8_t> act;   // quantized activations
+  std::vector<uint8_t> act2;  // a second activation set (MoE: the hidden layer)
+  std::vector<float> f32;     // fp32 intermediates
 };
 
 inline std::string shape(const Tensor& t) { return cat("[", t.rows, " x ", t.cols, "]"); }

@@ -56,8 +56,8 @@ void mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) {
   check_tensor(op, "gate", gate);
   check_tensor(op, "y", y);
   check_same_shape(op, "x", x, "y", y);
-  require(gate.rows == x.rows && (gate.cols == x.cols || gate.cols == 1), op, "gate ",
-          shape(gate), " must be ", shape(x), " or [", x.rows, " x 1]");
+  require(gate.rows == x.rows && (gate.cols == x.cols || gate.cols == 1), op, "gate ", shape(gate),
+          " must be ", shape(x), " or [", x.rows, " x 1]");
   const bool per_row = gate.cols == 1 && x.cols != 1;
   for (int64_t r = 0; r < x.rows; ++r) {
     const float* xr = x.data + r * x.stride;
@@ -104,8 +104,8 @@ void split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> wi
   for (size_t i = 0; i < widths.size(); ++i) {
     require(widths[i] > 0, op, "width ", i, " is ", widths[i]);
     check_tensor(op, "an output", outs[i]);
-    require(outs[i].rows == x.rows && outs[i].cols == n_groups * widths[i], op, "output ", i,
-            " ", shape(outs[i]), " should be [", x.rows, " x ", n_groups * widths[i], "]");
+    require(outs[i].rows == x.rows && outs[i].cols == n_groups * widths[i], op, "output ", i, " ",
+            shape(outs[i]), " should be [", x.rows, " x ", n_groups * widths[i], "]");
     require(!overlaps(x, outs[i]), op, "output ", i, " overlaps x");
     group += widths[i];
   }
@@ -115,8 +115,7 @@ void split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> wi
     const float* src = x.data + r * x.stride;
     for (int64_t g = 0; g < n_groups; ++g) {
       for (size_t i = 0; i < widths.size(); ++i) {
-        std::memcpy(outs[i].data + r * outs[i].stride + g * widths[i], src,
-                    size_t(widths[i]) * 4);
+        std::memcpy(outs[i].data + r * outs[i].stride + g * widths[i], src, size_t(widths[i]) * 4);
         src += widths[i];
       }
     }

@@ -23,12 +23,12 @@ void check_weight(const char* op, const char* name, const Weight& w) {
   require(quant::has_kernels(w.type), op, name, ": no kernels for type ",
           quant::type_info(w.type).name);
   const quant::FormatKernels& k = quant::kernels(w.type);
-  const int64_t block = std::max(quant::type_info(w.type).block_elems,
-                                 quant::act_block_elems(k.act));
+  const int64_t block =
+      std::max(quant::type_info(w.type).block_elems, quant::act_block_elems(k.act));
   require(w.cols % block == 0, op, name, " has ", w.cols, " columns, not a multiple of ", block,
           " (the ", quant::type_info(w.type).name, " block)");
-  require(w.row_stride >= quant::row_bytes(w.type, w.cols), op, name, " row stride ",
-          w.row_stride, " is shorter than a row");
+  require(w.row_stride >= quant::row_bytes(w.type, w.cols), op, name, " row stride ", w.row_stride,
+          " is shorter than a row");
 }
 
 void matmul(ThreadPool& pool, Workspace& ws, const Weight& w, const Tensor& x, Tensor y) {
@@ -73,8 +73,8 @@ void get_rows(const Weight& table, std::span<const int32_t> ids, Tensor y) {
   constexpr const char* op = "get_rows";
   require(table.data != nullptr, op, "table has no data");
   check_tensor(op, "y", y);
-  require(y.rows == int64_t(ids.size()) && y.cols == table.cols, op, "y ", shape(y),
-          " should be [", ids.size(), " x ", table.cols, "]");
+  require(y.rows == int64_t(ids.size()) && y.cols == table.cols, op, "y ", shape(y), " should be [",
+          ids.size(), " x ", table.cols, "]");
   const auto* base = static_cast<const uint8_t*>(table.data);
   for (size_t r = 0; r < ids.size(); ++r) {
     require(ids[r] >= 0 && ids[r] < table.rows, op, "id ", ids[r], " (row ", r,

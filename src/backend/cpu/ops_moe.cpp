@@ -13,8 +13,8 @@ namespace strata::cpu {
 backend::Routing route_softmax_topk(const Tensor& logits, int64_t top_k, bool renormalize) {
   constexpr const char* op = "route_softmax_topk";
   check_tensor(op, "logits", logits);
-  require(top_k >= 1 && top_k <= logits.cols, op, "top_k ", top_k, " is outside 1..",
-          logits.cols, " experts");
+  require(top_k >= 1 && top_k <= logits.cols, op, "top_k ", top_k, " is outside 1..", logits.cols,
+          " experts");
   const int64_t n = logits.cols;
   backend::Routing out;
   out.top_k = top_k;
@@ -32,9 +32,8 @@ backend::Routing route_softmax_topk(const Tensor& logits, int64_t top_k, bool re
     }
     for (int64_t i = 0; i < n; ++i) p[i] = p[i] / sum;
     std::iota(ids.begin(), ids.end(), 0);
-    std::partial_sort(ids.begin(), ids.begin() + top_k, ids.end(), [&](int32_t a, int32_t b) {
-      return p[a] > p[b] || (p[a] == p[b] && a < b);
-    });
+    std::partial_sort(ids.begin(), ids.begin() + top_k, ids.end(),
+                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     float chosen = 0.0f;
     for (int64_t j = 0; j < top_k; ++j) chosen += p[ids[j]];
     for (int64_t j = 0; j < top_k; ++j) {
@@ -188,8 +187,8 @@ void moe_experts(ThreadPool& pool, Workspace& ws, const Tensor& x, const backend
               for (int64_t p : u.pairs) {
                 const uint8_t* ha = h_act + h_off[p];
                 for (int64_t o = o0; o < o1; ++o)
-                  out_v[p * n_embd + o] = ddot(dw + size_t(o) * ew.down.row_stride, ha,
-                                               ew.down.cols);
+                  out_v[p * n_embd + o] =
+                      ddot(dw + size_t(o) * ew.down.row_stride, ha, ew.down.cols);
               }
             });
 

@@ -15,8 +15,8 @@ int64_t check_groups(const char* op, const Tensor& x, int64_t group, Tensor y) {
   check_tensor(op, "x", x);
   check_tensor(op, "y", y);
   check_same_shape(op, "x", x, "y", y);
-  require(group > 0 && x.cols % group == 0, op, "group ", group, " does not divide the ",
-          x.cols, " columns of x");
+  require(group > 0 && x.cols % group == 0, op, "group ", group, " does not divide the ", x.cols,
+          " columns of x");
   return x.cols / group;
 }
 

@@ -20,8 +20,8 @@ void conv1d_silu(ThreadPool& pool, const Tensor& x, Tensor state, const Weight& 
   require(w.row_stride == size_t(w.cols) * 4, op, "the weight rows must be contiguous");
   const int64_t K = w.cols;
   const int64_t C = x.cols;
-  require(state.rows == K - 1 && state.cols == C, op, "state ", shape(state), " should be [",
-          K - 1, " x ", C, "]");
+  require(state.rows == K - 1 && state.cols == C, op, "state ", shape(state), " should be [", K - 1,
+          " x ", C, "]");
   check_no_overlap(op, "x", x, "y", y);
   check_no_overlap(op, "state", state, "y", y);
   check_no_overlap(op, "state", state, "x", x);
@@ -73,10 +73,10 @@ void gated_delta_rule(ThreadPool& pool, const Tensor& q, const Tensor& k, const 
   const int64_t T = q.rows;
   const int64_t dk = q.cols / n_heads;
   const int64_t dv = v.cols / n_heads;
-  require(v.rows == T && g.rows == T && beta.rows == T, op, "q, v, g and beta differ in rows (",
-          T, ", ", v.rows, ", ", g.rows, ", ", beta.rows, ")");
-  require(g.cols == n_heads && beta.cols == n_heads, op, "g ", shape(g), " and beta ",
-          shape(beta), " should have one column per head (", n_heads, ")");
+  require(v.rows == T && g.rows == T && beta.rows == T, op, "q, v, g and beta differ in rows (", T,
+          ", ", v.rows, ", ", g.rows, ", ", beta.rows, ")");
+  require(g.cols == n_heads && beta.cols == n_heads, op, "g ", shape(g), " and beta ", shape(beta),
+          " should have one column per head (", n_heads, ")");
   require(state.rows == n_heads * dk && state.cols == dv && state.stride == dv, op, "state ",
           shape(state), " should be a contiguous [", n_heads * dk, " x ", dv, "]");
   for (const Tensor* in : std::initializer_list<const Tensor*>{&q, &k, &v, &g, &beta, &state})

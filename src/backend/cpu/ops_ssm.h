@@ -26,7 +26,6 @@ void conv1d_silu(ThreadPool& pool, const Tensor& x, Tensor state, const Weight& 
 // with the fma order of VecKernels::delta_rule_step. One task per head. y must not overlap
 // the inputs.
 void gated_delta_rule(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
-                      const Tensor& g, const Tensor& beta, Tensor state, int64_t n_heads,
-                      Tensor y);
+                      const Tensor& g, const Tensor& beta, Tensor state, int64_t n_heads, Tensor y);
 
 }  // namespace strata::cpu

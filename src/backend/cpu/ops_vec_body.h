@@ -73,8 +73,13 @@ void body_delta_rule_step(float* S, const float* q, const float* k, const float*
 }
 
 constexpr VecKernels make_vec_kernels(const char* name) {
-  return {name,           body_dot,  body_sum_squares, body_scale_mul, body_rescale_axpy,
-          body_axpy,      body_delta_rule_step};
+  return {name,
+          body_dot,
+          body_sum_squares,
+          body_scale_mul,
+          body_rescale_axpy,
+          body_axpy,
+          body_delta_rule_step};
 }
 
 }  // namespace
