@@ -1,0 +1,124 @@
+// The compute interface every model is written against. A backend (CPU today, CUDA next) owns
+// the memory activations live in and implements each op; engine and model code hold handles and
+// never read activation memory themselves, so no backend type leaks out of src/backend/<name>.
+//
+// Rows are tokens of one window. Every op computes output row r from input row r alone (plus the
+// per-layer state for attention, conv and the delta rule, which it reads in position order), with
+// a reduction order that does not depend on how many rows the window has: a T-row window gives
+// bitwise the results of T one-row windows (DESIGN.md, "Determinism").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "quant/types.h"
+
+namespace strata::gguf {
+struct TensorInfo;
+}
+
+namespace strata::backend {
+
+// A weight matrix as stored in the model file: `rows` outputs, each a row of `cols` inputs in
+// `type` (ne[0] = cols, ne[1] = rows). For a stack of experts, one Weight is one expert's slice.
+struct Weight {
+  quant::Type type = quant::Type::F32;
+  const void* data = nullptr;  // backend memory (CPU: the file mapping or the expert arena)
+  int64_t cols = 0;
+  int64_t rows = 0;
+  size_t row_stride = 0;  // bytes between rows
+};
+
+// A row-major fp32 matrix in backend memory. Views (row ranges, column ranges) share storage.
+struct Tensor {
+  float* data = nullptr;  // backend memory; only the backend dereferences it
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t stride = 0;  // elements between rows
+
+  Tensor rows_view(int64_t first, int64_t n) const { return {data + first * stride, n, cols, stride}; }
+  Tensor cols_view(int64_t first, int64_t n) const { return {data + first, rows, n, stride}; }
+};
+
+// One routed expert's FFN: down(silu(gate x) * up x).
+struct ExpertWeights {
+  Weight gate;  // [n_ff_exp rows, n_embd cols]
+  Weight up;    // [n_ff_exp rows, n_embd cols]
+  Weight down;  // [n_embd rows, n_ff_exp cols]
+};
+
+// The routed choice of one row: experts in rank order (best first) and their mixing weights.
+struct Routing {
+  int64_t top_k = 0;
+  std::vector<int32_t> experts;  // rows x top_k
+  std::vector<float> weights;    // rows x top_k
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // Memory. alloc() returns zeroed memory owned by the backend until release().
+  virtual Tensor alloc(int64_t rows, int64_t cols) = 0;
+  virtual void release(Tensor t) = 0;
+  virtual void upload(const float* host, Tensor dst) = 0;
+  virtual void download(const Tensor& src, float* host) = 0;
+  virtual void fill(Tensor t, float value) = 0;
+  virtual void copy(const Tensor& src, Tensor dst) = 0;
+  // Makes a file tensor (2-D, or one [.., .., n] slice of a 3-D stack) usable as a Weight.
+  virtual Weight weight(const gguf::TensorInfo& tensor, int64_t slice = 0) = 0;
+
+  // y[r] = dequantized table row ids[r].
+  virtual void get_rows(const Weight& table, std::span<const int32_t> ids, Tensor y) = 0;
+  // y = x W^T: y[r, o] = W[o, :] . x[r, :].
+  virtual void matmul(const Weight& w, const Tensor& x, Tensor y) = 0;
+  // Per group of `group` columns: y = x / sqrt(mean(x^2) + eps) * w (w: F32 [group], or none).
+  virtual void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) = 0;
+  // Per group: y = x / sqrt(sum(x^2) + eps).
+  virtual void l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, Tensor y) = 0;
+  virtual void scale(const Tensor& x, float s, Tensor y) = 0;
+  // y = x * sigmoid(gate); gate has x's shape, or one column (a per-row gate).
+  virtual void mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) = 0;
+  // y = silu(gate) * up.
+  virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor y) = 0;
+  // Each row of x is n_groups groups, each the concatenation of parts of the given widths;
+  // outs[i] receives part i of every group, contiguous (e.g. per-head [q | gate] -> q, gate).
+  virtual void split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> widths,
+                            std::span<Tensor> outs) = 0;
+  // NeoX-style rotary embedding in place on the first rope_dim dims of every head_dim group.
+  virtual void rope_neox(Tensor x, std::span<const int32_t> positions, int64_t head_dim,
+                         int64_t rope_dim, float theta) = 0;
+
+  // Causal attention of rows at `positions` over a layer's cache (keys/values at positions
+  // 0..p, the window's own rows written first by kv_write). GQA: head h reads kv head
+  // h / (n_head / n_head_kv).
+  virtual void kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, const Tensor& v,
+                        std::span<const int32_t> positions) = 0;
+  virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                         std::span<const int32_t> positions, int64_t n_head, int64_t n_head_kv,
+                         int64_t head_dim, float scale, Tensor y) = 0;
+
+  // Depthwise causal conv over time with a state of the previous kernel-1 rows, then silu:
+  // y[t, c] = silu(sum_j w[c, j] * x_{t-kernel+1+j}[c]); the state is advanced by the window.
+  virtual void conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Tensor y) = 0;
+  // Gated delta rule, one token after another, per value head (q and k already expanded to
+  // the value heads). state: [n_heads * dk, dv] rows of S; g: log decay; beta: write strength.
+  virtual void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& g, const Tensor& beta, Tensor state, int64_t n_heads,
+                                Tensor y) = 0;
+
+  // Router: softmax over logits, top-k (ties: lower expert id), optionally renormalised over the
+  // chosen k. The result goes to the host: expert residency is decided there.
+  virtual Routing route_softmax_topk(const Tensor& logits, int64_t top_k, bool renormalize) = 0;
+  // y[r] += sum over rank j of weights[r, j] * FFN_{experts[r, j]}(x[r]), summed in rank order.
+  // experts[e] holds expert e's weights (views into the file today; the arena's slots once
+  // experts stream).
+  virtual void moe_experts(const Tensor& x, const Routing& routing,
+                           std::span<const ExpertWeights> experts, Tensor y) = 0;
+};
+
+}  // namespace strata::backend
