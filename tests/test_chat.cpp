@@ -180,6 +180,8 @@ TEST(ChatTemplate, RuntimeErrors) {
   EXPECT_EQ(error_of("\n  {{ 'a' + 1 }}"), "chat template 2:10: unsupported operand type(s) for +: 'str' and 'int'");
   EXPECT_EQ(error_of("{{ x.y }}"), "chat template 1:5: cannot read attribute 'y' of an undefined value");
   EXPECT_EQ(error_of("{{ nope() }}"), "chat template 1:8: 'nope' is undefined");
+  EXPECT_EQ(error_of("{{ xs.append(1) }}", {{"xs", ojson::array()}}), "chat template 1:13: 'xs.append' is undefined");
+  EXPECT_EQ(error_of("{{ '%s' % 1 }}"), "chat template 1:9: unsupported operand type(s) for %: 'str' and 'int'");
   EXPECT_EQ(error_of("{{ 1|bogus }}"), "chat template 1:5: unknown filter 'bogus'");
   EXPECT_EQ(error_of("{{ 1 is bogus }}"), "chat template 1:6: unknown test 'bogus'");
   EXPECT_EQ(error_of("{{ 1 // 0 }}"), "chat template 1:6: integer division or modulo by zero");

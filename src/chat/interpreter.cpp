@@ -353,10 +353,16 @@ class Interpreter {
     return out;
   }
 
+  // How a callee is named in errors: 'x', 'x.y.z', or "the value" for anything else.
   static std::string describe(const Expr& e) {
-    if (e.kind == EK::Name) return "'" + e.name + "'";
-    if (e.kind == EK::Attr) return describe(*e.a) + "." + e.name;
-    return "the value";
+    const std::string path = dotted(e);
+    return path.empty() ? "the value" : "'" + path + "'";
+  }
+  static std::string dotted(const Expr& e) {
+    if (e.kind == EK::Name) return e.name;
+    if (e.kind != EK::Attr) return "";
+    const std::string base = dotted(*e.a);
+    return base.empty() ? "" : base + "." + e.name;
   }
 
   Value eval_node(const Expr& e, const ScopePtr& scope) {
