@@ -292,7 +292,9 @@ void json_dump(std::string& out, const Value& v, int indent, bool sort_keys, int
   if (out.size() > kMaxBytes) eval_fail("tojson: output larger than ", kMaxBytes, " bytes");
   const std::string item_sep = indent >= 0 ? "," : ", ";
   const auto newline = [&](int level) {
-    if (indent >= 0) out += "\n" + std::string(size_t(indent) * size_t(level), ' ');
+    if (indent < 0) return;
+    out += '\n';
+    out.append(size_t(indent) * size_t(level), ' ');
   };
   switch (v.kind()) {
     case Value::Kind::None:
