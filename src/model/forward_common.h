@@ -1,0 +1,67 @@
+// What the architectures' forward passes share: the window in flight (backend, weights, state,
+// positions, temporaries), the table of layer functions, and the blocks several architectures
+// use (RMSNorm over the hidden size, the routed + shared expert MoE).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "experts/expert_source.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model/state.h"
+#include "model/weights.h"
+
+namespace strata::model {
+
+// Backend tensors that live until clear() (called after every layer, so a long prefill holds
+// one layer's temporaries, not all of them) or destruction.
+class Scratch {
+ public:
+  explicit Scratch(backend::Backend& be) : be_(be) {}
+  ~Scratch() { clear(); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  Tensor operator()(int64_t rows, int64_t cols);
+  void clear();
+
+ private:
+  backend::Backend& be_;
+  std::vector<Tensor> owned_;
+};
+
+// One window in flight: what a layer function reads and writes.
+struct Window {
+  backend::Backend& be;
+  const ModelConfig& c;
+  const Weights& w;
+  experts::ExpertSource& experts;
+  State& state;
+  std::vector<int32_t> pos;  // the rows' positions: n_past, n_past + 1, ...
+  int64_t T;
+  bool renormalize_topk;  // router: renormalise the top-k weights to sum 1
+  const DumpFn& dump_fn;
+  Scratch tmp;
+
+  // Hands t to the dump callback as "name-il" (il < 0: "name"), when one is set.
+  void dump(const char* name, int64_t il, const Tensor& t);
+};
+
+// One block of an architecture: x [T, n_embd] is the residual stream, updated in place.
+using LayerFn = void (*)(Window& w, int64_t il, Tensor x);
+void qwen3moe_layer(Window& w, int64_t il, Tensor x);   // qwen3moe.cpp
+void qwen3next_layer(Window& w, int64_t il, Tensor x);  // qwen3next.cpp: qwen3next and qwen35moe
+
+// The layer function of an architecture, or null when strata cannot run it yet.
+LayerFn layer_function(Arch arch);
+
+// RMSNorm over the hidden size with gain g (F32 [n_embd]).
+Tensor norm(Window& w, const Tensor& x, const backend::Weight& g);
+
+// SparseMoeBlock: softmax router, top-k experts from the ExpertSource, plus the shared expert
+// scaled by sigmoid(shared_expert_gate(x)) when the layer has one.
+Tensor moe(Window& w, int64_t il, const Tensor& x);
+
+}  // namespace strata::model

@@ -1,0 +1,71 @@
+// A loaded model: the GGUF mapping, its config, the trunk weights prepared by the backend, the
+// routed experts behind an ExpertSource, and forward(), which pushes one window of T rows through
+// every layer in one pass (DESIGN.md, "The decode window"). Prefill is the same call with a large
+// T; a T-row window gives bitwise the logits of T one-row windows (DESIGN.md, "Determinism").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "experts/expert_source.h"
+#include "model/config.h"
+#include "model/state.h"
+#include "model/weights.h"
+
+namespace strata::gguf {
+class Reader;
+}
+
+namespace strata::model {
+
+enum class LogitsMode { Last, All };
+
+// Receives named intermediate activations ("attn_norm-3", "final_norm"; docs/MODELS.md lists
+// them) as [T, cols] host rows while a window runs.
+using DumpFn = std::function<void(const std::string& name, const std::vector<float>& rows,
+                                  int64_t cols)>;
+
+class Model {
+ public:
+  // Maps and validates the file (architecture, hyperparameters, every tensor against the
+  // architecture's list) and prepares its weights. Throws strata::Error naming the file and
+  // the problem, including an architecture strata cannot run yet.
+  static std::unique_ptr<Model> load(const std::string& path, backend::Backend& backend);
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const gguf::Reader& reader() const { return *reader_; }
+  backend::Backend& backend() const { return backend_; }
+
+  // A fresh state with room for n_ctx positions.
+  State new_state(int64_t n_ctx) const { return State(backend_, config_, n_ctx); }
+
+  // Runs tokens at positions state.n_past.. and advances state.n_past. Returns fp32 logits,
+  // [T, n_vocab] (All) or [1, n_vocab] of the last row (Last). Throws strata::Error for an empty
+  // window, a token outside the vocabulary or a window past the state's context.
+  std::vector<float> forward(std::span<const int32_t> tokens, State& state, LogitsMode mode);
+
+  // Called with every named activation of later forward() calls; empty = none (the default).
+  void set_dump(DumpFn dump) { dump_ = std::move(dump); }
+
+  // Replaces the routed-expert source (the streaming cache, later).
+  void set_expert_source(std::unique_ptr<experts::ExpertSource> source) { experts_ = std::move(source); }
+
+ private:
+  Model(std::unique_ptr<gguf::Reader> reader, backend::Backend& backend);
+
+  std::unique_ptr<gguf::Reader> reader_;
+  backend::Backend& backend_;
+  ModelConfig config_;
+  Weights weights_;
+  std::unique_ptr<experts::ExpertSource> experts_;
+  bool renormalize_topk_ = true;
+  DumpFn dump_;
+};
+
+}  // namespace strata::model

@@ -1,0 +1,155 @@
+// qwen3next and qwen35moe forward, following transformers' modeling_qwen3_next.py
+// (Qwen3NextDecoderLayer); Qwen3.5-MoE differs only where the GGUF layout does
+// (docs/MODELS.md):
+// - the DeltaNet's beta/alpha come from one fused ssm_ba (qwen3next, per k head
+//   [beta x r | alpha x r], r = Gv/Gk) or from ssm_beta and ssm_alpha (qwen35moe);
+// - value heads: qwen3next keeps HF's order (v head j of k head g at g*r + j, so q/k heads are
+//   repeated interleaved), llama.cpp's qwen35moe converter tiles them (slot j*Gk + g, so q/k
+//   heads are repeated as a whole block r times).
+// RMSNorm gains are stored as 1 + w (the reference's (1 + w)), ssm_norm as w, ssm_a = -exp(A_log).
+#include <cmath>
+
+#include "model/forward_common.h"
+
+namespace strata::model {
+
+namespace {
+
+// Qwen3NextAttention.forward: gated attention, partial NeoX rope.
+Tensor gated_attention(Window& w, int64_t il, const Tensor& x) {
+  const ModelConfig& c = w.c;
+  const LayerWeights& L = w.w.layers[size_t(il)];
+  LayerState& st = w.state.layers[size_t(il)];
+  backend::Backend& be = w.be;
+  const int64_t h = c.n_head, g = c.n_head_kv, d = c.head_dim;
+  const float eps = float(c.rms_eps);
+
+  Tensor q_gate = w.tmp(w.T, 2 * h * d);
+  be.matmul(L.attn_q, x, q_gate);  // q_proj(hidden_states)
+  Tensor q = w.tmp(w.T, h * d), gate = w.tmp(w.T, h * d);
+  const int64_t widths[] = {d, d};
+  Tensor parts[] = {q, gate};
+  be.split_groups(q_gate, h, widths, parts);  // torch.chunk(.view(..., head_dim * 2), 2, dim=-1)
+  be.rms_norm(q, &L.attn_q_norm, d, eps, q);  // q_norm(query_states)
+  Tensor k = w.tmp(w.T, g * d), v = w.tmp(w.T, g * d);
+  be.matmul(L.attn_k, x, k);
+  be.rms_norm(k, &L.attn_k_norm, d, eps, k);  // k_norm(k_proj(hidden_states))
+  be.matmul(L.attn_v, x, v);                  // v_proj(hidden_states)
+  be.rope_neox(q, w.pos, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
+  be.rope_neox(k, w.pos, d, c.rope_dim, float(c.rope_theta));
+  be.kv_write(st.k_cache, st.v_cache, k, v, w.pos);  // past_key_values.update
+  Tensor o = w.tmp(w.T, h * d);
+  be.attention(q, st.k_cache, st.v_cache, w.pos, h, g, d, 1.0f / std::sqrt(float(d)), o);
+  be.mul_sigmoid(o, gate, o);  // attn_output * torch.sigmoid(gate)
+  Tensor out = w.tmp(w.T, c.n_embd);
+  be.matmul(L.attn_output, o, out);  // o_proj(attn_output)
+  return out;
+}
+
+// b and a, [T, Gv] each, in the value-head order of the file.
+void beta_alpha_projection(Window& w, const LayerWeights& L, const Tensor& x, Tensor b, Tensor a) {
+  if (w.c.arch == Arch::Qwen35Moe) {
+    w.be.matmul(L.ssm_beta, x, b);  // in_proj_b(hidden_states)
+    w.be.matmul(L.ssm_alpha, x, a);  // in_proj_a(hidden_states)
+    return;
+  }
+  const int64_t gk = w.c.ssm_groups, r = w.c.ssm_v_heads / gk;
+  Tensor ba = w.tmp(w.T, 2 * w.c.ssm_v_heads);
+  w.be.matmul(L.ssm_ba, x, ba);  // in_proj_ba(hidden_states)
+  const int64_t widths[] = {r, r};
+  Tensor parts[] = {b, a};
+  w.be.split_groups(ba, gk, widths, parts);  // fix_query_key_value_ordering: b, a
+}
+
+// g = -A_log.exp() * softplus(a + dt_bias), [T, Gv]. Computed on the host from a download of a:
+// the backend has no softplus yet, and a is only T x Gv values.
+Tensor decay(Window& w, const LayerWeights& L, const Tensor& a) {
+  const int64_t gv = w.c.ssm_v_heads;
+  std::vector<float> host(size_t(w.T * gv));
+  w.be.download(a, host.data());
+  for (int64_t t = 0; t < w.T; ++t)
+    for (int64_t hd = 0; hd < gv; ++hd) {
+      float& v = host[size_t(t * gv + hd)];
+      const float z = v + L.ssm_dt_host[size_t(hd)];
+      const float softplus = z > 20.0f ? z : std::log1p(std::exp(z));  // torch's threshold 20
+      v = L.ssm_a_host[size_t(hd)] * softplus;
+    }
+  Tensor g = w.tmp(w.T, gv);
+  w.be.upload(host.data(), g);
+  return g;
+}
+
+// q or k [T, Gk*S] repeated to the Gv value heads in the file's value-head order.
+Tensor repeat_to_value_heads(Window& w, const Tensor& x) {
+  const int64_t gk = w.c.ssm_groups, s = w.c.ssm_state, r = w.c.ssm_v_heads / gk;
+  if (r == 1) return x;
+  Tensor y = w.tmp(w.T, r * gk * s);
+  for (int64_t j = 0; j < r; ++j) {
+    if (w.c.arch == Arch::Qwen35Moe) {
+      w.be.copy(x, y.cols_view(j * gk * s, gk * s));  // tiled: slot j*Gk + g reads k head g
+      continue;
+    }
+    for (int64_t g = 0; g < gk; ++g)  // repeat_interleave(r, dim=2): head g*r + j reads k head g
+      w.be.copy(x.cols_view(g * s, s), y.cols_view((g * r + j) * s, s));
+  }
+  return y;
+}
+
+// Qwen3NextGatedDeltaNet.forward
+Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
+  const ModelConfig& c = w.c;
+  const LayerWeights& L = w.w.layers[size_t(il)];
+  LayerState& st = w.state.layers[size_t(il)];
+  backend::Backend& be = w.be;
+  const int64_t s = c.ssm_state, gv = c.ssm_v_heads, kd = c.ssm_key_dim(), vd = c.ssm_value_dim();
+
+  Tensor qkv = w.tmp(w.T, c.ssm_conv_dim()), z = w.tmp(w.T, vd);
+  be.matmul(L.attn_qkv, x, qkv);  // in_proj_qkvz -> mixed_qkv = cat(query, key, value)
+  be.matmul(L.attn_gate, x, z);   // ... -> z
+  Tensor b = w.tmp(w.T, gv), a = w.tmp(w.T, gv);
+  beta_alpha_projection(w, L, x, b, a);
+  Tensor conv = w.tmp(w.T, c.ssm_conv_dim());
+  be.conv1d_silu(qkv, st.conv, L.ssm_conv1d, conv);  // causal_conv1d_fn(..., activation="silu")
+  w.dump("gdn_conv", il, conv);
+  // torch.split(mixed_qkv, [key_dim, key_dim, value_dim])
+  const Tensor q = conv.cols_view(0, kd), k = conv.cols_view(kd, kd), v = conv.cols_view(2 * kd, vd);
+  Tensor beta = w.tmp(w.T, gv);
+  be.fill(beta, 1.0f);
+  be.mul_sigmoid(beta, b, beta);  // beta = b.sigmoid()
+  const Tensor g = decay(w, L, a);
+  // torch_*_gated_delta_rule(use_qk_l2norm_in_kernel=True): l2norm(q), l2norm(k), q * dk^-0.5
+  Tensor qn = w.tmp(w.T, kd), kn = w.tmp(w.T, kd);
+  be.l2_norm(q, s, 1e-6f, qn);
+  be.scale(qn, 1.0f / std::sqrt(float(s)), qn);
+  be.l2_norm(k, s, 1e-6f, kn);
+  Tensor core = w.tmp(w.T, vd);
+  be.gated_delta_rule(repeat_to_value_heads(w, qn), repeat_to_value_heads(w, kn), v, g, beta,
+                      st.ssm, gv, core);
+  w.dump("gdn_core", il, core);
+  be.rms_norm(core, &L.ssm_norm, s, float(c.rms_eps), core);  // self.norm(core_attn_out, z) ...
+  be.swiglu(z, core, core);                                    // ... * silu(z)
+  Tensor out = w.tmp(w.T, c.n_embd);
+  be.matmul(L.ssm_out, core, out);  // out_proj(core_attn_out)
+  return out;
+}
+
+}  // namespace
+
+// Qwen3NextDecoderLayer.forward
+void qwen3next_layer(Window& w, int64_t il, Tensor x) {
+  const LayerWeights& L = w.w.layers[size_t(il)];
+  Tensor h = norm(w, x, L.attn_norm);  // input_layernorm(hidden_states)
+  w.dump("attn_norm", il, h);
+  Tensor a = w.c.is_linear(il) ? gated_delta_net(w, il, h)  // linear_attn(...)
+                               : gated_attention(w, il, h);  // self_attn(...)
+  w.dump("attn_out", il, a);
+  w.be.add(x, a, x);  // residual + hidden_states
+  w.dump("ffn_inp", il, x);
+  h = norm(w, x, L.post_attention_norm);  // post_attention_layernorm(hidden_states)
+  w.dump("ffn_norm", il, h);
+  Tensor m = moe(w, il, h);  // mlp(hidden_states)
+  w.dump("moe_out", il, m);
+  w.be.add(x, m, x);  // residual + hidden_states
+}
+
+}  // namespace strata::model

@@ -1,0 +1,71 @@
+#include "model/state.h"
+
+#include "util/error.h"
+
+namespace strata::model {
+
+namespace {
+bool has(const Tensor& t) { return t.data != nullptr; }
+}  // namespace
+
+// KV rows past n_past are never read before a window writes them, so a snapshot copies only the
+// used rows; conv and recurrent states are copied whole.
+void State::copy_state(const LayerState& src, LayerState& dst, int64_t n_past, bool allocate) {
+  for (auto [s, d] : {std::pair{&src.k_cache, &dst.k_cache}, std::pair{&src.v_cache, &dst.v_cache},
+                      std::pair{&src.conv, &dst.conv}, std::pair{&src.ssm, &dst.ssm}}) {
+    if (!has(*s)) continue;
+    if (allocate) *d = backend_->alloc(s->rows, s->cols);
+    const bool kv = s == &src.k_cache || s == &src.v_cache;
+    if (kv) backend_->copy(s->rows_view(0, n_past), d->rows_view(0, n_past));
+    else backend_->copy(*s, *d);
+  }
+}
+
+State::State(backend::Backend& backend, const ModelConfig& c, int64_t n_ctx)
+    : backend_(&backend), n_ctx_(n_ctx) {
+  if (n_ctx < 1 || n_ctx > c.n_ctx)
+    fail("context of ", n_ctx, " positions is outside 1..", c.n_ctx, " (the model's context_length)");
+  layers.resize(size_t(c.n_layer));
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    LayerState& l = layers[size_t(il)];
+    if (c.is_linear(il)) {
+      l.conv = backend.alloc(c.ssm_conv - 1, c.ssm_conv_dim());
+      l.ssm = backend.alloc(c.ssm_v_heads * c.ssm_state, c.ssm_state);
+    } else {
+      l.k_cache = backend.alloc(n_ctx, c.n_head_kv * c.head_dim);
+      l.v_cache = backend.alloc(n_ctx, c.n_head_kv * c.head_dim);
+    }
+  }
+}
+
+State::~State() { release_all(); }
+
+void State::release_all() {
+  for (LayerState& l : layers)
+    for (Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm})
+      if (has(*t)) backend_->release(*t);
+  layers.clear();
+}
+
+State::State(const State& other) : n_past(other.n_past), backend_(other.backend_), n_ctx_(other.n_ctx_) {
+  layers.resize(other.layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) copy_state(other.layers[i], layers[i], n_past, true);
+}
+
+State& State::operator=(const State& other) {
+  if (this == &other) return *this;
+  if (other.backend_ != backend_ || other.n_ctx_ != n_ctx_ || other.layers.size() != layers.size())
+    fail("state: cannot assign a state of another model, backend or context size");
+  for (size_t i = 0; i < layers.size(); ++i) copy_state(other.layers[i], layers[i], other.n_past, false);
+  n_past = other.n_past;
+  return *this;
+}
+
+void State::reset() {
+  for (LayerState& l : layers)
+    for (Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm})
+      if (has(*t)) backend_->fill(*t, 0.0f);
+  n_past = 0;
+}
+
+}  // namespace strata::model

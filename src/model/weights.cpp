@@ -1,0 +1,102 @@
+#include "model/weights.h"
+
+#include <cstring>
+#include <string_view>
+
+#include "gguf/gguf.h"
+#include "model/arch.h"
+#include "util/error.h"
+
+namespace strata::model {
+
+namespace {
+
+struct Field {
+  std::string_view name;  // after "blk.N."
+  Weight LayerWeights::*member;
+};
+
+const Field kLayerFields[] = {
+    {"attn_norm.weight", &LayerWeights::attn_norm},
+    {"post_attention_norm.weight", &LayerWeights::post_attention_norm},
+    {"ffn_norm.weight", &LayerWeights::ffn_norm},
+    {"attn_q.weight", &LayerWeights::attn_q},
+    {"attn_k.weight", &LayerWeights::attn_k},
+    {"attn_v.weight", &LayerWeights::attn_v},
+    {"attn_output.weight", &LayerWeights::attn_output},
+    {"attn_q_norm.weight", &LayerWeights::attn_q_norm},
+    {"attn_k_norm.weight", &LayerWeights::attn_k_norm},
+    {"attn_qkv.weight", &LayerWeights::attn_qkv},
+    {"attn_gate.weight", &LayerWeights::attn_gate},
+    {"ssm_conv1d.weight", &LayerWeights::ssm_conv1d},
+    {"ssm_dt.bias", &LayerWeights::ssm_dt},
+    {"ssm_a", &LayerWeights::ssm_a},
+    {"ssm_ba.weight", &LayerWeights::ssm_ba},
+    {"ssm_beta.weight", &LayerWeights::ssm_beta},
+    {"ssm_alpha.weight", &LayerWeights::ssm_alpha},
+    {"ssm_norm.weight", &LayerWeights::ssm_norm},
+    {"ssm_out.weight", &LayerWeights::ssm_out},
+    {"ffn_gate_inp.weight", &LayerWeights::ffn_gate_inp},
+    {"ffn_gate_inp_shexp.weight", &LayerWeights::ffn_gate_inp_shexp},
+    {"ffn_gate_shexp.weight", &LayerWeights::ffn_gate_shexp},
+    {"ffn_up_shexp.weight", &LayerWeights::ffn_up_shexp},
+    {"ffn_down_shexp.weight", &LayerWeights::ffn_down_shexp},
+    {"nextn.eh_proj.weight", &LayerWeights::nextn_eh_proj},
+    {"nextn.enorm.weight", &LayerWeights::nextn_enorm},
+    {"nextn.hnorm.weight", &LayerWeights::nextn_hnorm},
+};
+
+Weight* global_field(Weights& w, std::string_view name) {
+  if (name == "token_embd.weight") return &w.token_embd;
+  if (name == "output_norm.weight") return &w.output_norm;
+  if (name == "output.weight") return &w.output;
+  return nullptr;
+}
+
+Weight* layer_field(LayerWeights& l, std::string_view suffix) {
+  for (const Field& f : kLayerFields)
+    if (f.name == suffix) return &(l.*f.member);
+  return nullptr;
+}
+
+std::vector<float> host_floats(const gguf::TensorInfo& t) {
+  std::vector<float> out(size_t(t.n_elements()));
+  std::memcpy(out.data(), t.data, out.size() * sizeof(float));
+  return out;
+}
+
+}  // namespace
+
+Weights load_weights(const gguf::Reader& reader, const ModelConfig& c, backend::Backend& be) {
+  Weights w;
+  w.layers.resize(size_t(c.n_blocks()));
+  for (const TensorSpec& spec : tensor_specs(c)) {
+    if (spec.role == Role::RoutedExpert) continue;  // experts::ExpertSource owns them
+    const gguf::TensorInfo* t = reader.find_tensor(spec.name);
+    if (!t) continue;  // an optional tensor validate_tensors let through
+    Weight* field = nullptr;
+    if (spec.layer < 0) {
+      field = global_field(w, spec.name);
+    } else {
+      const std::string prefix = cat("blk.", spec.layer, ".");
+      field = layer_field(w.layers[size_t(spec.layer)], std::string_view(spec.name).substr(prefix.size()));
+    }
+    if (!field)
+      fail(reader.path(), ": tensor ", spec.name, " has no place in strata's ", arch_name(c.arch),
+           " weights (its forward pass is not implemented)");
+    if (spec.cls == TypeClass::Vector && t->type != quant::Type::F32)
+      fail(reader.path(), ": tensor ", spec.name, " is ", quant::type_name(t->type),
+           "; strata needs norm and vector tensors in f32 (as llama.cpp's converter writes them)");
+    *field = be.weight(*t);
+  }
+  if (!present(w.output)) w.output = w.token_embd;
+  for (int64_t il = 0; il < c.n_blocks(); ++il) {
+    LayerWeights& l = w.layers[size_t(il)];
+    if (!present(l.ssm_a)) continue;
+    l.ssm_a_host = host_floats(reader.tensor(cat("blk.", il, ".ssm_a")));
+    l.ssm_dt_host = host_floats(reader.tensor(cat("blk.", il, ".ssm_dt.bias")));
+  }
+  return w;
+}
+
+}  // namespace strata::model

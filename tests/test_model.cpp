@@ -1,0 +1,180 @@
+// The forward pass on synthetic tiny models of each architecture: a T-row window equals T
+// one-row windows bitwise, 1 and 2 threads agree bitwise, a state snapshot rolls back exactly,
+// and bad input gets a clear strata::Error. The comparison with the reference is in
+// test_fixtures_model.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "gguf/gguf.h"
+#include "gguf_test_util.h"
+#include "model/model.h"
+#include "synth/synth.h"
+#include "util/error.h"
+#include "util/rng.h"
+
+namespace strata::model {
+namespace {
+
+using gguf::testing::TempDir;
+
+std::string synth_tiny(const TempDir& dir, const std::string& arch, const std::string& expert_type) {
+  synth::SynthOptions o;
+  o.arch = arch;
+  o.preset = "tiny";
+  o.expert_type = expert_type;
+  o.output = dir.file(arch + "-" + expert_type + ".gguf");
+  o.progress = false;
+  o.seed = 7;
+  synth::run_synth(o);
+  return o.output;
+}
+
+std::vector<int32_t> some_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> t;
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    t.push_back(int32_t(x % uint64_t(vocab)));
+  }
+  return t;
+}
+
+// Logits of `tokens` run in windows of the given sizes (in order), all rows.
+std::vector<float> run_windows(Model& m, const std::vector<int32_t>& tokens, const std::vector<int64_t>& sizes) {
+  State st = m.new_state(64);
+  std::vector<float> out;
+  size_t first = 0;
+  for (int64_t n : sizes) {
+    const auto rows = m.forward(std::span(tokens).subspan(first, size_t(n)), st, LogitsMode::All);
+    out.insert(out.end(), rows.begin(), rows.end());
+    first += size_t(n);
+  }
+  EXPECT_EQ(first, tokens.size());
+  EXPECT_EQ(st.n_past, int64_t(tokens.size()));
+  return out;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+struct Case {
+  std::string arch;
+  std::string expert_type;
+};
+
+class ModelWindows : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ModelWindows, OneWindowEqualsOneRowWindowsBitwise) {
+  TempDir dir;
+  backend::CpuBackend be(2);
+  auto m = Model::load(synth_tiny(dir, GetParam().arch, GetParam().expert_type), be);
+  const auto tokens = some_tokens(21, m->config().n_vocab, 1);
+  const auto whole = run_windows(*m, tokens, {21});
+  ASSERT_EQ(whole.size(), size_t(21 * m->config().n_vocab));
+  for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_TRUE(bitwise_equal(whole, run_windows(*m, tokens, std::vector<int64_t>(21, 1))));
+  EXPECT_TRUE(bitwise_equal(whole, run_windows(*m, tokens, {5, 1, 12, 3})));
+}
+
+TEST_P(ModelWindows, ThreadCountDoesNotChangeBits) {
+  TempDir dir;
+  const std::string path = synth_tiny(dir, GetParam().arch, GetParam().expert_type);
+  backend::CpuBackend one(1), two(2);
+  auto m1 = Model::load(path, one);
+  auto m2 = Model::load(path, two);
+  const auto tokens = some_tokens(17, m1->config().n_vocab, 2);
+  EXPECT_TRUE(bitwise_equal(run_windows(*m1, tokens, {17}), run_windows(*m2, tokens, {17})));
+  EXPECT_TRUE(bitwise_equal(run_windows(*m1, tokens, {9, 8}), run_windows(*m2, tokens, {1, 16})));
+}
+
+TEST_P(ModelWindows, SnapshotRollsBackExactly) {
+  TempDir dir;
+  backend::CpuBackend be(2);
+  auto m = Model::load(synth_tiny(dir, GetParam().arch, GetParam().expert_type), be);
+  const auto tokens = some_tokens(16, m->config().n_vocab, 3);
+  const auto draft = some_tokens(4, m->config().n_vocab, 4);
+  const std::span all(tokens);
+  State st = m->new_state(32);
+  m->forward(all.first(12), st, LogitsMode::Last);
+  const State snapshot = st;
+  m->forward(draft, st, LogitsMode::All);  // a rejected draft
+  st = snapshot;
+  EXPECT_EQ(st.n_past, 12);
+  const auto resumed = m->forward(all.subspan(12), st, LogitsMode::All);
+  State straight = m->new_state(32);
+  const auto expected = m->forward(all, straight, LogitsMode::All);
+  const int64_t v = m->config().n_vocab;
+  EXPECT_TRUE(bitwise_equal(resumed, std::vector<float>(expected.end() - 4 * v, expected.end())));
+  // Last is the last row of All.
+  st.reset();
+  const auto last = m->forward(all, st, LogitsMode::Last);
+  EXPECT_TRUE(bitwise_equal(last, std::vector<float>(expected.end() - v, expected.end())));
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ModelWindows,
+                         ::testing::Values(Case{"qwen3moe", "q4_k"}, Case{"qwen3next", "q4_k"},
+                                           Case{"qwen35moe", "q4_k"}, Case{"qwen3moe", "iq2_xs"},
+                                           Case{"qwen3next", "iq2_xs"}, Case{"qwen35moe", "f32"}),
+                         [](const auto& info) { return info.param.arch + "_" + info.param.expert_type; });
+
+TEST(ModelErrors, BadInputIsAClearError) {
+  TempDir dir;
+  backend::CpuBackend be(1);
+  auto m = Model::load(synth_tiny(dir, "qwen3moe", "q4_k"), be);
+  State st = m->new_state(8);
+  const int32_t big[] = {1, 512};
+  EXPECT_NE(error_of([&] { m->forward(big, st, LogitsMode::All); }).find("token 512 at window row 1 is outside"),
+            std::string::npos);
+  const int32_t neg[] = {-3};
+  EXPECT_NE(error_of([&] { m->forward(neg, st, LogitsMode::All); }).find("token -3"), std::string::npos);
+  EXPECT_NE(error_of([&] { m->forward({}, st, LogitsMode::All); }).find("no tokens"), std::string::npos);
+  const std::vector<int32_t> nine(9, 5);
+  EXPECT_NE(error_of([&] { m->forward(nine, st, LogitsMode::All); }).find("context overflow"), std::string::npos);
+  EXPECT_EQ(st.n_past, 0);
+  EXPECT_NE(error_of([&] { m->new_state(1 << 30); }).find("context_length"), std::string::npos);
+}
+
+TEST(ModelErrors, UnsupportedArchitecture) {
+  TempDir dir;
+  backend::CpuBackend be(1);
+  const std::string path = synth_tiny(dir, "qwen4exp", "q4_k");
+  EXPECT_NE(error_of([&] { Model::load(path, be); }).find("cannot run qwen4exp models yet"), std::string::npos);
+}
+
+TEST(ModelErrors, MissingTensor) {
+  TempDir dir;
+  backend::CpuBackend be(1);
+  const auto src = gguf::Reader::open(synth_tiny(dir, "qwen3next", "q4_k"));
+  const std::string out = dir.file("missing.gguf");
+  {
+    gguf::Writer w(out);
+    for (const auto& [k, v] : src->metadata()) w.set(k, v);
+    for (const auto& t : src->tensors())
+      if (t.name != "blk.1.ssm_a") w.add_tensor(t.name, t.type, t.shape);
+    w.begin_data();
+    for (const auto& t : src->tensors())
+      if (t.name != "blk.1.ssm_a") w.write(t.data, t.nbytes);
+    w.finish();
+  }
+  const std::string e = error_of([&] { Model::load(out, be); });
+  EXPECT_NE(e.find("missing tensor blk.1.ssm_a"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace strata::model
