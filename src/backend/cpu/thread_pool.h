@@ -22,9 +22,9 @@ namespace strata::cpu {
 
 class ThreadPool {
  public:
-  // How long an idle helper spins before it sleeps. Measured on the 2-core dev box
-  // (docs/PERFORMANCE.md): a spinning helper starts a step in well under a microsecond, a
-  // sleeping one in tens; 200 us covers the gaps between the mat-vecs of one decode step.
+  // How long an idle helper spins before it sleeps. On the 2-core dev box (docs/PERFORMANCE.md)
+  // a spinning helper starts a step in under a microsecond, a sleeping one in about 30; 200 us
+  // covers the single-threaded gaps between the mat-vecs of one decode step.
   static constexpr int kDefaultSpinUs = 200;
 
   // n_threads <= 0 means one per hardware thread. The pool always has at least the caller.
