@@ -16,7 +16,7 @@
 #include "model/model.h"
 #include "synth/synth.h"
 #include "util/error.h"
-#include "util/rng.h"
+#include "util/npy.h"
 
 namespace strata::model {
 namespace {
@@ -174,6 +174,43 @@ TEST(ModelErrors, MissingTensor) {
   }
   const std::string e = error_of([&] { Model::load(out, be); });
   EXPECT_NE(e.find("missing tensor blk.1.ssm_a"), std::string::npos) << e;
+}
+
+TEST(Npy, RoundTripsAndRejectsBadFiles) {
+  TempDir dir;
+  const std::vector<float> f = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -1e-3f};
+  const int64_t shape[] = {2, 3};
+  npy::write(dir.file("f.npy"), f, shape);
+  const npy::Array a = npy::read(dir.file("f.npy"));
+  EXPECT_EQ(a.dtype, "<f4");
+  EXPECT_EQ(a.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(a.floats(), f);
+  const std::vector<int32_t> ids = {0, 5, 511};
+  const int64_t n[] = {3};
+  npy::write(dir.file("i.npy"), ids, n);
+  EXPECT_EQ(npy::read(dir.file("i.npy")).int32s(), ids);
+  EXPECT_NE(error_of([&] { npy::read(dir.file("i.npy")).floats(); }).find("expected float32"), std::string::npos);
+  auto bytes = gguf::testing::read_bytes(dir.file("f.npy"));
+  bytes.resize(bytes.size() - 4);
+  gguf::testing::write_bytes(dir.file("short.npy"), bytes);
+  EXPECT_NE(error_of([&] { npy::read(dir.file("short.npy")); }).find("data bytes"), std::string::npos);
+  gguf::testing::write_bytes(dir.file("junk.npy"), {1, 2, 3});
+  EXPECT_NE(error_of([&] { npy::read(dir.file("junk.npy")); }).find("not a .npy file"), std::string::npos);
+}
+
+// strata logits: every position's logits as [positions, vocab], the same bits in any windowing.
+TEST(LogitsCommand, WritesEveryPositionWhateverTheWindow) {
+  TempDir dir;
+  const std::string model = synth_tiny(dir, "qwen35moe", "q4_k");
+  const std::string cmd = std::string(STRATA_BINARY) + " logits -m " + model + " --tokens 3,1,4,1,5,9,2,6 -o ";
+  ASSERT_EQ(std::system((cmd + dir.file("a.npy") + " --dump " + dir.file("dump") + " 2>/dev/null").c_str()), 0);
+  ASSERT_EQ(std::system((cmd + dir.file("b.npy") + " --window 3 --threads 1 2>/dev/null").c_str()), 0);
+  const npy::Array a = npy::read(dir.file("a.npy"));
+  EXPECT_EQ(a.shape, (std::vector<int64_t>{8, 512}));
+  EXPECT_EQ(a.bytes, npy::read(dir.file("b.npy")).bytes);
+  EXPECT_EQ(npy::read(dir.file("dump/gdn_core-0.npy")).shape, (std::vector<int64_t>{8, 4 * 64}));
+  EXPECT_EQ(npy::read(dir.file("dump/final_norm.npy")).shape, (std::vector<int64_t>{8, 256}));
+  EXPECT_NE(std::system((cmd + dir.file("c.npy") + " --window -1 2>/dev/null").c_str()), 0);
 }
 
 }  // namespace
