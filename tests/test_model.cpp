@@ -82,7 +82,7 @@ class ModelWindows : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ModelWindows, OneWindowEqualsOneRowWindowsBitwise) {
   TempDir dir;
-  backend::CpuBackend be(2);
+  backend::CpuBackend be(1);
   auto m = Model::load(synth_tiny(dir, GetParam().arch, GetParam().expert_type), be);
   const auto tokens = some_tokens(21, m->config().n_vocab, 1);
   const auto whole = run_windows(*m, tokens, {21});
@@ -105,7 +105,7 @@ TEST_P(ModelWindows, ThreadCountDoesNotChangeBits) {
 
 TEST_P(ModelWindows, SnapshotRollsBackExactly) {
   TempDir dir;
-  backend::CpuBackend be(2);
+  backend::CpuBackend be(1);
   auto m = Model::load(synth_tiny(dir, GetParam().arch, GetParam().expert_type), be);
   const auto tokens = some_tokens(16, m->config().n_vocab, 3);
   const auto draft = some_tokens(4, m->config().n_vocab, 4);
@@ -155,6 +155,20 @@ TEST(ModelErrors, UnsupportedArchitecture) {
   backend::CpuBackend be(1);
   const std::string path = synth_tiny(dir, "qwen4exp", "q4_k");
   EXPECT_NE(error_of([&] { Model::load(path, be); }).find("cannot run qwen4exp models yet"), std::string::npos);
+}
+
+TEST(ModelErrors, ForeignArchitecture) {
+  TempDir dir;
+  backend::CpuBackend be(1);
+  const std::string path = dir.file("llama.gguf");
+  {
+    gguf::Writer w(path);
+    w.set("general.architecture", gguf::Value::string("llama"));
+    w.finish();
+  }
+  const std::string e = error_of([&] { Model::load(path, be); });
+  EXPECT_NE(e.find("llama"), std::string::npos) << e;
+  EXPECT_NE(e.find("qwen3moe"), std::string::npos) << e;  // lists the known architectures
 }
 
 TEST(ModelErrors, MissingTensor) {
