@@ -177,6 +177,8 @@ TEST(HfTokenizerJson, MalformedFilesNameFileAndField) {
          "model.vocab: expected an object, found array");
   expect(broken([](auto& t) { t["model"]["vocab"]["b"] = -1; }), "model.vocab[\"b\"]: expected a token id");
   expect(broken([](auto& t) { t["model"]["vocab"]["b"] = 0; }), "model.vocab: id 0 is given to both");
+  expect(broken([](auto& t) { t["model"]["vocab"]["b"] = 4000000000; }),
+         "model.vocab[\"b\"]: token id 4000000000 is too large");
   expect(broken([](auto& t) { t["model"].erase("merges"); }), "missing field model.merges");
   expect(broken([](auto& t) { t["model"]["merges"][1] = 7; }),
          "model.merges[1]: expected \"a b\" or [\"a\", \"b\"], found 7");

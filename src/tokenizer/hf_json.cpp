@@ -3,7 +3,6 @@
 // other added tokens UserDefined, the rest Normal, id gaps [PADn] Unused.
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <sstream>
 #include <unordered_map>
 
@@ -45,10 +44,14 @@ const json& member(const json& obj, const std::string& path, const char* parent,
   return *it;
 }
 
+// Ids index a dense table, so a hostile id must not make it huge; real vocabs are far below this.
+constexpr int64_t kMaxTokenId = int64_t(1) << 24;
+
 uint32_t token_id(const json& j, const std::string& path, const std::string& field) {
-  if (!j.is_number_integer() || j.get<int64_t>() < 0 ||
-      j.get<int64_t>() >= std::numeric_limits<int32_t>::max())
+  if (!j.is_number_integer() || j.get<int64_t>() < 0)
     fail(path, ": ", field, ": expected a token id (a non-negative integer), found ", j.dump());
+  if (j.get<int64_t>() >= kMaxTokenId)
+    fail(path, ": ", field, ": token id ", j.get<int64_t>(), " is too large (limit ", kMaxTokenId, ")");
   return uint32_t(j.get<int64_t>());
 }
 
