@@ -318,12 +318,12 @@ TEST(Convert, Fp8CheckpointExactReblockDequantAndKQuant) {
   EXPECT_EQ(fp8.fp8_exact, 3u);
   const auto r8 = open_checked(dir.file("fp8.gguf"));
   const auto& t8 = r8.reader->tensor("blk.0.ffn_up_exps.weight");
-  ASSERT_EQ(t8.type, Type::FP8_E4M3_B128);
-  const auto* blocks = reinterpret_cast<const quant::BlockFP8*>(t8.data) + 256 * 2;  // expert 1
+  ASSERT_EQ(t8.type, Type::FP8_E4M3);
+  const auto* blocks = reinterpret_cast<const quant::BlockFP8*>(t8.data) + 256 * 8;  // expert 1
   for (int row = 0; row < 256; ++row)
-    for (int k = 0; k < 2; ++k) {
-      ASSERT_EQ(blocks[row * 2 + k].scale, scale(row, k * 128));
-      ASSERT_EQ(0, std::memcmp(blocks[row * 2 + k].q, w.data + row * 256 + k * 128, 128)) << row;
+    for (int k = 0; k < 8; ++k) {
+      ASSERT_EQ(blocks[row * 8 + k].scale, scale(row, k * 32));
+      ASSERT_EQ(0, std::memcmp(blocks[row * 8 + k].q, w.data + row * 256 + k * 32, 32)) << row;
     }
 
   convert(dir.path() / "in", dir.file("f32.gguf"));

@@ -60,7 +60,7 @@ TEST(CudaDevice, QueryOrClearError) {
 constexpr Type kWeightFormats[] = {
     Type::F32,     Type::F16,    Type::BF16,    Type::Q8_0,   Type::Q4_0,
     Type::Q2_K,    Type::Q3_K,   Type::Q4_K,    Type::Q5_K,   Type::Q6_K,
-    Type::IQ2_XXS, Type::IQ2_XS, Type::IQ3_XXS, Type::IQ4_XS, Type::FP8_E4M3_B128,
+    Type::IQ2_XXS, Type::IQ2_XS, Type::IQ3_XXS, Type::IQ4_XS, Type::FP8_E4M3,
 };
 
 TEST(CudaDevice, SupportsEveryWeightFormat) {
@@ -191,17 +191,18 @@ TEST(CudaConvert, EveryHalfAndBfloatPattern) {
   }
 }
 
-// Every E4M3FN code, through two blocks with scale 1: bitwise equal to the reference except the
+// Every E4M3FN code, through eight blocks with scale 1: bitwise equal to the reference except the
 // NaN codes, which only have to stay NaN (the GPU's multiply returns its canonical NaN; the
 // format's generators and converters never write those codes).
 TEST(CudaConvert, EveryE4M3Code) {
   REQUIRE_CUDA_DEVICE();
-  std::vector<quant::BlockFP8> blocks(2);
-  for (int c = 0; c < 256; ++c) blocks[c / 128].q[c % 128] = uint8_t(c);
-  blocks[0].scale = blocks[1].scale = 1.0f;
-  std::vector<uint8_t> bytes(sizeof(quant::BlockFP8) * 2);
+  std::vector<quant::BlockFP8> blocks(256 / quant::kFP8BlockElems);
+  for (int c = 0; c < 256; ++c)
+    blocks[c / quant::kFP8BlockElems].q[c % quant::kFP8BlockElems] = uint8_t(c);
+  for (quant::BlockFP8& b : blocks) b.scale = 1.0f;
+  std::vector<uint8_t> bytes(sizeof(quant::BlockFP8) * blocks.size());
   std::memcpy(bytes.data(), blocks.data(), bytes.size());
-  const std::vector<float> gpu = gpu_dequantize(Type::FP8_E4M3_B128, bytes, 256);
+  const std::vector<float> gpu = gpu_dequantize(Type::FP8_E4M3, bytes, 256);
   for (int c = 0; c < 256; ++c) {
     const float want = quant::kE4M3Values[c];
     if (std::isnan(want)) {

@@ -49,7 +49,7 @@ TEST(CudaBandwidth, DISABLED_MatvecVersusCopy) {
   }
 
   for (const int64_t cols : {int64_t(4096), int64_t(2560)}) {
-    for (Type t : {Type::IQ2_XS, Type::Q4_K, Type::Q8_0, Type::FP8_E4M3_B128}) {
+    for (Type t : {Type::IQ2_XS, Type::Q4_K, Type::Q8_0, Type::FP8_E4M3}) {
       if (!quant::has_kernels(t)) {
         std::printf("[ bw       ] %s: no CPU generator yet, skipped\n", quant::type_name(t));
         continue;

@@ -94,7 +94,7 @@ void round_trip_tensors(size_t alignment) {
       {"q4_K.3d", quant::Type::Q4_K, {256, 2, 2}},
       {"iq2_xs.4d", quant::Type::IQ2_XS, {512, 1, 1, 3}},
       {"bf16", quant::Type::BF16, {7}},
-      {"fp8", quant::Type::FP8_E4M3_B128, {128, 2}},
+      {"fp8", quant::Type::FP8_E4M3, {128, 2}},
       {"i32", quant::Type::I32, {1}},
   };
   TempDir dir;

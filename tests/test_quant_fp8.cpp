@@ -1,15 +1,18 @@
-// FP8_E4M3_B128: the E4M3FN code table against the OCP definition, the rounding encoder, the row
-// and 2-D (128x128 tile) quantizers, and the AVX2 dot against the reference.
+// FP8_E4M3: the E4M3FN code table against the OCP definition, the rounding encoder, the row and 2-D
+// (128x128 tile) quantizers, the 36-byte block layout, and the AVX2 dot against the reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
 #include "quant/formats/formats.h"
 #include "quant/fp8.h"
 #include "quant/kernels.h"
+#include "quant/types.h"
 #include "util/cpu.h"
 #include "util/rng.h"
 
@@ -79,69 +82,132 @@ TEST(QuantFP8, EncoderRoundsToNearestEvenAndSaturates) {
   }
 }
 
+TEST(QuantFP8, BlockLayoutAndTypeInfo) {
+  const TypeInfo& info = type_info(Type::FP8_E4M3);
+  EXPECT_STREQ(info.name, "fp8_e4m3");
+  EXPECT_EQ(info.block_elems, 32);
+  EXPECT_EQ(info.block_bytes, 36u);
+  EXPECT_EQ(uint32_t(Type::FP8_E4M3), 1024u);
+  EXPECT_EQ(parse_type("fp8"), Type::FP8_E4M3);
+  EXPECT_EQ(parse_type("FP8_E4M3"), Type::FP8_E4M3);
+  EXPECT_EQ(parse_type("fp8_e4m3_b128"), std::nullopt);
+  EXPECT_EQ(sizeof(BlockFP8), 36u);
+  EXPECT_EQ(offsetof(BlockFP8, q), 4u);
+  // The flagship's 160-wide n-gram rows: five blocks, one contiguous 180-byte read.
+  EXPECT_EQ(row_bytes(Type::FP8_E4M3, 160), 180u);
+}
+
+// The dequantizer decodes every code at its place in the block, times the block's scale.
+TEST(QuantFP8, DequantizesEveryCodeInPlace) {
+  std::vector<BlockFP8> b(256 / 32);
+  for (int c = 0; c < 256; ++c) b[c / 32].q[c % 32] = uint8_t(c);
+  for (size_t i = 0; i < b.size(); ++i) b[i].scale = std::ldexp(1.0f, int(i) - 3);
+  std::vector<float> y(256);
+  kFP8_E4M3Kernels.dequantize(b.data(), y.data(), 256);
+  for (int c = 0; c < 256; ++c) {
+    const float want = b[c / 32].scale * e4m3_to_float(uint8_t(c));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(y[c])) << c;
+    } else {
+      EXPECT_EQ(std::bit_cast<uint32_t>(y[c]), std::bit_cast<uint32_t>(want)) << c;
+    }
+  }
+}
+
+// Amax of columns [c0, c1) over rows [r0, r1) of a row-major matrix with cols columns.
+float tile_amax(const std::vector<float>& x, int64_t cols, int64_t r0, int64_t r1, int64_t c0,
+                int64_t c1) {
+  float amax = 0;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+  return amax;
+}
+
 TEST(QuantFP8, RowQuantizerRoundTrip) {
-  const FormatKernels& k = kernels(Type::FP8_E4M3_B128);
-  EXPECT_EQ(&k, &kFP8_E4M3_B128Kernels);
-  const int64_t n = 128 * 6;
+  const FormatKernels& k = kernels(Type::FP8_E4M3);
+  EXPECT_EQ(&k, &kFP8_E4M3Kernels);
+  // Five full 128-element tiles and a trailing partial one of 96, each with its own range.
+  const int64_t n = 128 * 5 + 96;
   Rng rng(4);
   std::vector<float> x(n), y(n);
   for (int64_t i = 0; i < n; ++i) x[i] = rng.normal() * float(1 << (i / 128));
-  std::vector<BlockFP8> b(n / 128);
+  std::vector<BlockFP8> b(n / 32);
   k.quantize(x.data(), b.data(), n);
   k.dequantize(b.data(), y.data(), n);
   for (int64_t i = 0; i < n; ++i) {
-    float amax = 0;
-    for (int64_t j = i / 128 * 128; j < i / 128 * 128 + 128; ++j)
-      amax = std::max(amax, std::fabs(x[j]));
-    EXPECT_EQ(b[i / 128].scale, amax / 448.0f);
+    const int64_t t0 = i / 128 * 128;
+    EXPECT_EQ(b[i / 32].scale, tile_amax(x, n, 0, 1, t0, std::min(n, t0 + 128)) / 448.0f) << i;
     // Half a step of a 3-bit mantissa, or of the subnormal spacing scale * 2^-9; plus the rounding
     // of x / scale and of the product.
-    const float bound = std::max(std::fabs(x[i]) * 0x1p-4f, b[i / 128].scale * 0x1p-10f) * 1.0001f;
+    const float bound = std::max(std::fabs(x[i]) * 0x1p-4f, b[i / 32].scale * 0x1p-10f) * 1.0001f;
     EXPECT_LE(std::fabs(y[i] - x[i]), bound) << i;
   }
-  // An all-zero block gets scale 1 and zero codes.
-  std::vector<float> zeros(128, 0.0f);
-  k.quantize(zeros.data(), b.data(), 128);
-  EXPECT_EQ(b[0].scale, 1.0f);
-  for (uint8_t q : b[0].q) EXPECT_EQ(q, 0);
+  // An all-zero tile gets scale 1 and zero codes.
+  std::vector<float> zeros(64, 0.0f);
+  k.quantize(zeros.data(), b.data(), 64);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(b[i].scale, 1.0f);
+    for (uint8_t q : b[i].q) EXPECT_EQ(q, 0);
+  }
 }
 
-TEST(QuantFP8, TwoDQuantizerUsesTileScales) {
-  // 300 x 384: tile rows of 128, 128, 44 and three tile columns, each tile with its own range.
-  const int64_t rows = 300, cols = 384;
+TEST(QuantFP8, TwoDQuantizerKeepsTileScalesExactly) {
+  // 300 x 160: tile rows of 128, 128 and 44, tile columns of 128 and 32, each tile with its own
+  // range, so every 32-block must carry its own tile's scale.
+  const int64_t rows = 300, cols = 160, per_row = cols / 32;
   std::vector<float> x(rows * cols);
   Rng rng(5);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       x[r * cols + c] = rng.uniform(-1.0f, 1.0f) * std::ldexp(1.0f, int(r / 128 * 3 + c / 128));
-  std::vector<BlockFP8> b(rows * cols / 128);
-  quantize_fp8_e4m3_b128_2d(x.data(), rows, cols, b.data());
-  for (int64_t tr = 0; tr < 3; ++tr)
-    for (int64_t tc = 0; tc < 3; ++tc) {
-      float amax = 0;
-      for (int64_t r = tr * 128; r < std::min(rows, tr * 128 + 128); ++r)
-        for (int64_t c = tc * 128; c < tc * 128 + 128; ++c)
-          amax = std::max(amax, std::fabs(x[r * cols + c]));
-      for (int64_t r = tr * 128; r < std::min(rows, tr * 128 + 128); ++r) {
-        const BlockFP8& blk = b[r * 3 + tc];
-        ASSERT_EQ(blk.scale, amax / 448.0f) << r << "," << tc;
-        for (int64_t j = 0; j < 128; ++j)
-          ASSERT_EQ(blk.q[j], float_to_e4m3(x[r * cols + tc * 128 + j] / blk.scale));
-      }
+  std::vector<BlockFP8> b(rows * per_row);
+  quantize_fp8_e4m3_2d(x.data(), rows, cols, b.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < per_row; ++k) {
+      const int64_t r0 = r / 128 * 128, c0 = k * 32 / 128 * 128;
+      const float amax =
+          tile_amax(x, cols, r0, std::min(rows, r0 + 128), c0, std::min(cols, c0 + 128));
+      const BlockFP8& blk = b[r * per_row + k];
+      ASSERT_EQ(blk.scale, amax / 448.0f) << r << "," << k;
+      for (int64_t j = 0; j < 32; ++j)
+        ASSERT_EQ(blk.q[j], float_to_e4m3(x[r * cols + k * 32 + j] / blk.scale));
     }
-  // Row r's blocks are one contiguous run of rows * 132 bytes in order.
-  EXPECT_EQ(sizeof(BlockFP8) * 3, row_bytes(Type::FP8_E4M3_B128, cols));
+
+  // A native checkpoint's codes and tile scales come back bit for bit from its dequantized values
+  // when each tile holds a code of +-448 and its scale has at most 20 significant bits (so that
+  // code * scale, and 448 * scale, are exact in fp32).
+  std::vector<float> ck_scale(3 * 2);
+  for (float& s : ck_scale) s = std::ldexp(float((1 << 19) + rng.below(1 << 19)), -30);
+  std::vector<uint8_t> codes(rows * cols);
+  std::vector<float> deq(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      auto& q = codes[r * cols + c];
+      do q = uint8_t(rng.next() >> 56);
+      while ((q & 0x7F) >= 0x7E);
+      if (r % 128 == 0 && c % 128 == 0) q = r % 256 ? 0xFE : 0x7E;  // the tile's amax
+      deq[r * cols + c] = e4m3_to_float(q) * ck_scale[r / 128 * 2 + c / 128];
+    }
+  quantize_fp8_e4m3_2d(deq.data(), rows, cols, b.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < per_row; ++k) {
+      const BlockFP8& blk = b[r * per_row + k];
+      ASSERT_EQ(blk.scale, ck_scale[r / 128 * 2 + k * 32 / 128]) << r << "," << k;
+      ASSERT_EQ(0, std::memcmp(blk.q, &codes[r * cols + k * 32], 32)) << r << "," << k;
+    }
+  // Row r is per_row blocks, one contiguous run of 5 * 36 bytes.
+  EXPECT_EQ(sizeof(BlockFP8) * per_row, row_bytes(Type::FP8_E4M3, cols));
 }
 
 TEST(QuantFP8, RandomBlocksValidAndDeterministic) {
-  const FormatKernels& k = kFP8_E4M3_B128Kernels;
+  const FormatKernels& k = kFP8_E4M3Kernels;
   std::vector<BlockFP8> a(64), b(64);
   Rng r1(9), r2(9);
   k.random_blocks(r1, a.data(), 64);
   k.random_blocks(r2, b.data(), 64);
   EXPECT_EQ(std::memcmp(a.data(), b.data(), 64 * sizeof(BlockFP8)), 0);
-  std::vector<float> y(64 * 128);
-  k.dequantize(a.data(), y.data(), 64 * 128);
+  std::vector<float> y(64 * 32);
+  k.dequantize(a.data(), y.data(), 64 * 32);
   for (float v : y) {
     ASSERT_TRUE(std::isfinite(v));
     ASSERT_LE(std::fabs(v), 2.0f);
@@ -155,10 +221,10 @@ std::vector<float> random_x(Rng& rng, int64_t n) {
 }
 
 TEST(QuantFP8, DotRefMatchesDequantizedSum) {
-  const FormatKernels& k = kFP8_E4M3_B128Kernels;
+  const FormatKernels& k = kFP8_E4M3Kernels;
   Rng rng(10);
   for (int trial = 0; trial < 30; ++trial) {
-    const int64_t nb = 1 + rng.below(40), n = nb * 128;
+    const int64_t nb = 1 + rng.below(160), n = nb * 32;
     std::vector<BlockFP8> w(nb);
     k.random_blocks(rng, w.data(), nb);
     const std::vector<float> x = random_x(rng, n);
@@ -169,19 +235,20 @@ TEST(QuantFP8, DotRefMatchesDequantizedSum) {
       exact += double(wf[i]) * x[i];
       mag += std::fabs(double(wf[i]) * x[i]);
     }
-    // Each product enters through at most 4 + 2 + nb + 3 roundings.
+    // Each product enters through at most 3 + nb / 8 + 3 roundings (a lane takes every eighth
+    // element of a block), plus the scale's.
     EXPECT_NEAR(k.dot_ref(w.data(), x.data(), n), exact, (nb + 10) * 0x1p-24 * mag);
   }
 }
 
 TEST(QuantFP8, Avx2BitwiseEqualsReference) {
   if (!cpu_features().avx2) GTEST_SKIP() << "no AVX2";
-  const FormatKernels& k = kFP8_E4M3_B128Kernels;
+  const FormatKernels& k = kFP8_E4M3Kernels;
   ASSERT_NE(k.dot_avx2, nullptr);
   EXPECT_EQ(k.dot_tolerance, 0.0f);
   Rng rng(13);
   for (int trial = 0; trial < 300; ++trial) {
-    const int64_t nb = 1 + rng.below(48), n = nb * 128;
+    const int64_t nb = 1 + rng.below(192), n = nb * 32;
     std::vector<BlockFP8> w(nb);
     k.random_blocks(rng, w.data(), nb);
     if (trial % 4 == 0)  // subnormal codes everywhere
@@ -193,13 +260,27 @@ TEST(QuantFP8, Avx2BitwiseEqualsReference) {
     ASSERT_EQ(std::bit_cast<uint32_t>(fast), std::bit_cast<uint32_t>(ref))
         << "trial " << trial << ": " << fast << " vs " << ref;
   }
+  // Every code at every position of a block, against the reference, one code per dot.
+  std::vector<BlockFP8> one(1);
+  one[0].scale = 0.75f;
+  const std::vector<float> x = random_x(rng, 32);
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;
+    for (int j = 0; j < 32; ++j) {
+      std::memset(one[0].q, 0, 32);
+      one[0].q[j] = uint8_t(c);
+      const float ref = k.dot_ref(one.data(), x.data(), 32);
+      const float fast = k.dot_avx2(one.data(), x.data(), 32);
+      ASSERT_EQ(std::bit_cast<uint32_t>(fast), std::bit_cast<uint32_t>(ref)) << c << "@" << j;
+    }
+  }
   // A NaN code makes both results NaN.
-  std::vector<BlockFP8> w(2);
-  k.random_blocks(rng, w.data(), 2);
-  w[1].q[77] = 0xFF;
-  const std::vector<float> x = random_x(rng, 256);
-  EXPECT_TRUE(std::isnan(k.dot_ref(w.data(), x.data(), 256)));
-  EXPECT_TRUE(std::isnan(k.dot_avx2(w.data(), x.data(), 256)));
+  std::vector<BlockFP8> w(8);
+  k.random_blocks(rng, w.data(), 8);
+  w[5].q[13] = 0xFF;
+  const std::vector<float> xn = random_x(rng, 256);
+  EXPECT_TRUE(std::isnan(k.dot_ref(w.data(), xn.data(), 256)));
+  EXPECT_TRUE(std::isnan(k.dot_avx2(w.data(), xn.data(), 256)));
 }
 
 }  // namespace

@@ -77,12 +77,12 @@ void assemble(const TensorPlan& p, int64_t r0, int64_t nr, float* out) {
   if (p.transform == Transform::NegExp) for (size_t i = 0; i < n; ++i) out[i] = -std::exp(out[i]);
 }
 
-// FP8 sources written as FP8_E4M3_B128 keep their codes and tile scales: each 128-element block
-// of an output row lies in one 128x128 tile of its source, so re-blocking is exact.
+// FP8 sources written as FP8_E4M3 keep their codes and tile scales: each 32-element block of an
+// output row lies in one 128x128 tile of its source, so re-blocking is exact.
 bool fp8_exact(const TensorPlan& p, Type type) {
-  if (type != Type::FP8_E4M3_B128 || p.transform != Transform::None) return false;
+  if (type != Type::FP8_E4M3 || p.transform != Transform::None) return false;
   for (const Source& s : p.sources)
-    if (!s.scale || s.block_rows != quant::kFP8BlockElems || s.block_cols != quant::kFP8BlockElems) return false;
+    if (!s.scale || s.block_rows != quant::kFP8TileElems || s.block_cols != quant::kFP8TileElems) return false;
   const int64_t b = quant::kFP8BlockElems;
   for (const Piece& pc : p.pieces)
     if (pc.src_col % b || pc.ncols % b || pc.dst_col % b) return false;
@@ -110,7 +110,7 @@ Type parse_weight_type(const char* flag, const std::string& name) {
   const auto t = quant::parse_type(name);
   const char* known = "f32, f16, bf16, q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, fp8";
   if (!t || !quant::type_info(*t).weight_format) fail(flag, ": unknown type '", name, "' (known: ", known, ")");
-  if (*t != Type::FP8_E4M3_B128 && (!quant::has_kernels(*t) || !quant::kernels(*t).quantize))
+  if (*t != Type::FP8_E4M3 && (!quant::has_kernels(*t) || !quant::kernels(*t).quantize))
     fail(flag, ": strata has no quantizer for ", quant::type_name(*t), " (convert to one of ", known,
          "; IQ types need an importance-matrix quantizer)");
   return *t;
@@ -229,7 +229,7 @@ ConvertReport run_convert(const ConvertOptions& o) {
     const bool exact = fp8_exact(p, type);
     int64_t chunk = std::max<int64_t>(1, int64_t(kChunkBytes / (size_t(p.cols) * 4)));
     // FP8 tile scales span 128 rows: chunks start on tile boundaries.
-    if (type == Type::FP8_E4M3_B128) chunk = std::max<int64_t>(128, chunk / 128 * 128);
+    if (type == Type::FP8_E4M3) chunk = std::max<int64_t>(128, chunk / 128 * 128);
     chunk = std::min(chunk, p.rows);
     out.resize(size_t(chunk) * row_bytes);
     if (!exact) f32.resize(size_t(chunk * p.cols));
@@ -239,7 +239,7 @@ ConvertReport run_convert(const ConvertOptions& o) {
         reblock_fp8(p, r0, nr, reinterpret_cast<quant::BlockFP8*>(out.data()));
       } else {
         assemble(p, r0, nr, f32.data());
-        if (type == Type::FP8_E4M3_B128) quant::quantize_fp8_e4m3_b128_2d(f32.data(), nr, p.cols, out.data());
+        if (type == Type::FP8_E4M3) quant::quantize_fp8_e4m3_2d(f32.data(), nr, p.cols, out.data());
         else quant::kernels(type).quantize(f32.data(), out.data(), nr * p.cols);
       }
       w.write(out.data(), size_t(nr) * row_bytes);

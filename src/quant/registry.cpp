@@ -13,7 +13,7 @@ const FormatKernels* const kAll[] = {
     &kF32Kernels,   &kF16Kernels,     &kBF16Kernels,   &kQ8_0Kernels,   &kQ4_0Kernels,
     &kQ2_KKernels,  &kQ3_KKernels,    &kQ4_KKernels,   &kQ5_KKernels,   &kQ6_KKernels,
     // IQ formats and FP8
-    &kIQ2_XXSKernels, &kIQ2_XSKernels, &kIQ3_XXSKernels, &kIQ4_XSKernels, &kFP8_E4M3_B128Kernels,
+    &kIQ2_XXSKernels, &kIQ2_XSKernels, &kIQ3_XXSKernels, &kIQ4_XSKernels, &kFP8_E4M3Kernels,
 };
 
 const FormatKernels* find(Type t) {

@@ -27,7 +27,7 @@ constexpr std::array kTypes = {
     TypeInfo{Type::IQ4_XS, "iq4_xs", 256, 136, true},
     TypeInfo{Type::I32, "i32", 1, 4, false},
     TypeInfo{Type::BF16, "bf16", 1, 2, true},
-    TypeInfo{Type::FP8_E4M3_B128, "fp8_e4m3_b128", 128, 132, true},
+    TypeInfo{Type::FP8_E4M3, "fp8_e4m3", 32, 36, true},
 };
 
 std::string lower(std::string_view s) {
@@ -52,7 +52,7 @@ const TypeInfo& type_info(Type t) {
 
 std::optional<Type> parse_type(std::string_view name) {
   const std::string want = lower(name);
-  if (want == "fp8" || want == "fp8_e4m3") return Type::FP8_E4M3_B128;
+  if (want == "fp8") return Type::FP8_E4M3;
   for (const auto& t : kTypes)
     if (lower(t.name) == want) return t.type;
   return std::nullopt;

@@ -1,5 +1,5 @@
 // Tensor element types. The numeric ids are ggml's (and so GGUF's) type ids, bit-exact with its
-// block layouts; FP8_E4M3_B128 is strata's own (see docs/FORMATS.md).
+// block layouts; FP8_E4M3 is strata's own (see docs/FORMATS.md).
 #pragma once
 
 #include <cstddef>
@@ -26,10 +26,11 @@ enum class Type : uint32_t {
   IQ4_XS = 23,
   I32 = 26,   // integer tensors some GGUFs carry; not a weight format
   BF16 = 30,
-  // FP8 e4m3 with the 128x128 block scales of native FP8 checkpoints. Stored row-major in blocks
-  // of 128 elements along a row: fp32 scale (the tile's dequant multiplier) then 128 e4m3 bytes,
-  // so one row is one contiguous read with its scales (the PLE table is fetched row by row).
-  FP8_E4M3_B128 = 1024,
+  // FP8 e4m3 with the 128x128 tile scales of native FP8 checkpoints. Stored row-major in blocks
+  // of 32 elements along a row: fp32 scale (the dequant multiplier of the tile holding the block)
+  // then 32 e4m3 bytes, so one row is one contiguous read with its scales (the PLE table is fetched
+  // row by row) and any row width that is a multiple of 32 fits.
+  FP8_E4M3 = 1024,
 };
 
 struct TypeInfo {

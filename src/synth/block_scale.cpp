@@ -30,7 +30,7 @@ constexpr ScaleFields kFields[] = {
     {quant::Type::IQ2_XS, 0, -1, false},   // d, qs[32], scales[8]
     {quant::Type::IQ3_XXS, 0, -1, false},  // d, qs[96]
     {quant::Type::IQ4_XS, 0, -1, false},   // d, scales_h, scales_l[4], qs[128]
-    {quant::Type::FP8_E4M3_B128, 0, -1, true},  // fp32 scale, 128 e4m3
+    {quant::Type::FP8_E4M3, 0, -1, true},  // fp32 scale, 32 e4m3
 };
 
 const ScaleFields* find(quant::Type t) {

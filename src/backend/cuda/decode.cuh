@@ -9,7 +9,7 @@
 // 2^23 mantissa trick (one byte-permute and one FADD), not I2F, whose throughput is a quarter of
 // the FP32 pipe's.
 //
-// Layouts are ggml's blocks (ggml-common.h); FP8_E4M3_B128 is quant/types.h's. kAlign is the
+// Layouts are ggml's blocks (ggml-common.h); FP8_E4M3 is quant/fp8.h's. kAlign is the
 // alignment each decoder's loads assume: the launchers check block pointers and row strides.
 #pragma once
 
@@ -377,12 +377,12 @@ struct Decoder<Type::IQ4_XS> {
   }
 };
 
-// fp32 scale, then 128 e4m3fn bytes: x = scale * e4m3. Pairs of codes go through Hopper's
+// fp32 scale, then 32 e4m3fn bytes: x = scale * e4m3. Pairs of codes go through Hopper's
 // e4m3x2 -> f16x2 conversion, exact (every e4m3 value, subnormals included, is an f16 value;
 // the NaN codes stay NaN), then to fp32, exact.
 template <>
-struct Decoder<Type::FP8_E4M3_B128> {
-  static constexpr int kElems = 128, kBytes = 132, kAlign = 4;
+struct Decoder<Type::FP8_E4M3> {
+  static constexpr int kElems = 32, kBytes = 36, kAlign = 4;
   __device__ static void decode(const uint8_t* b, int g, const DecodeTables&, float v[8]) {
     const float scale = __ldg(reinterpret_cast<const float*>(b));
     const uint32_t words[2] = {ld_u32(b + 4 + 8 * g), ld_u32(b + 8 + 8 * g)};
@@ -432,8 +432,8 @@ bool visit_decoder(Type t, Fn&& fn) {
       return fn(Decoder<Type::IQ3_XXS>{}), true;
     case Type::IQ4_XS:
       return fn(Decoder<Type::IQ4_XS>{}), true;
-    case Type::FP8_E4M3_B128:
-      return fn(Decoder<Type::FP8_E4M3_B128>{}), true;
+    case Type::FP8_E4M3:
+      return fn(Decoder<Type::FP8_E4M3>{}), true;
     default:
       return false;
   }

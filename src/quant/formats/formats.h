@@ -21,6 +21,6 @@ extern const FormatKernels kIQ2_XXSKernels;
 extern const FormatKernels kIQ2_XSKernels;
 extern const FormatKernels kIQ3_XXSKernels;
 extern const FormatKernels kIQ4_XSKernels;
-extern const FormatKernels kFP8_E4M3_B128Kernels;
+extern const FormatKernels kFP8_E4M3Kernels;
 
 }  // namespace strata::quant

@@ -1,9 +1,10 @@
-// FP8_E4M3_B128 (strata type 1024): conversions, quantizers, scalar reference and kernel table.
+// FP8_E4M3 (strata type 1024): conversions, quantizers, scalar reference and kernel table.
 //
 // The dot product (F32 activation) is defined with a fixed evaluation order that the AVX2 kernel
-// reproduces exactly: within a block, element j goes to partial sum j % 32 by fused multiply-add;
-// the block adds lane l of eight row lanes as fma(scale, (p[l] + p[l+8]) + (p[l+16] + p[l+24]),
-// lane[l]); the row result is ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+// reproduces exactly (one 8-wide vector per quarter of a block): with w = e4m3(code), a block's
+// partial sum for l < 8 is s[l] = fma(w[l+8], x[l+8], w[l] * x[l]) + fma(w[l+24], x[l+24],
+// w[l+16] * x[l+16]); it adds into lane l of eight row lanes as fma(scale, s[l], lane[l]); the row
+// result is ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -14,7 +15,7 @@
 
 namespace strata::quant {
 
-float dot_fp8_e4m3_b128_avx2(const void* weights, const void* act, int64_t n);
+float dot_fp8_e4m3_avx2(const void* weights, const void* act, int64_t n);
 
 uint8_t float_to_e4m3(float v) {
   const uint32_t bits = std::bit_cast<uint32_t>(v);
@@ -53,15 +54,24 @@ void dequantize(const void* blocks, float* out, int64_t n) {
     for (int64_t j = 0; j < kFP8BlockElems; ++j) *out++ = b[i].scale * e4m3_to_float(b[i].q[j]);
 }
 
-// One row on its own: every block is a 1x128 tile with its own scale.
+// Encodes the rows [r0, r1) x columns [c0, c1) of a row-major matrix with cols columns into its
+// blocks (cols / 32 per row), all with the tile's scale.
+void encode_tile(const float* src, int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                 BlockFP8* out) {
+  float amax = 0.0f;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(src[r * cols + c]));
+  const float scale = tile_scale(amax);
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = c0; c < c1; c += kFP8BlockElems)
+      encode_block(src + r * cols + c, scale, out[(r * cols + c) / kFP8BlockElems]);
+}
+
+// n elements as one row: each 128-element tile of it (the last may be 32..96) gets its own scale.
 void quantize(const float* in, void* blocks, int64_t n) {
   auto* b = static_cast<BlockFP8*>(blocks);
-  for (int64_t i = 0; i < n / kFP8BlockElems; ++i) {
-    const float* x = in + i * kFP8BlockElems;
-    float amax = 0.0f;
-    for (int64_t j = 0; j < kFP8BlockElems; ++j) amax = std::max(amax, std::fabs(x[j]));
-    encode_block(x, tile_scale(amax), b[i]);
-  }
+  for (int64_t c = 0; c < n; c += kFP8TileElems)
+    encode_tile(in, n, 0, 1, c, std::min(n, c + kFP8TileElems), b);
 }
 
 void random_blocks(Rng& rng, void* blocks, int64_t nblocks) {
@@ -80,37 +90,29 @@ float dot_ref(const void* weights, const void* act, int64_t n) {
   const auto* x = static_cast<const float*>(act);
   float lane[8] = {};
   for (int64_t i = 0; i < n / kFP8BlockElems; ++i, x += kFP8BlockElems) {
-    float p[32] = {};
-    for (int j = 0; j < kFP8BlockElems; ++j)
-      p[j % 32] = std::fma(e4m3_to_float(b[i].q[j]), x[j], p[j % 32]);
-    for (int l = 0; l < 8; ++l)
-      lane[l] = std::fma(b[i].scale, (p[l] + p[l + 8]) + (p[l + 16] + p[l + 24]), lane[l]);
+    const auto w = [&](int j) { return e4m3_to_float(b[i].q[j]); };
+    for (int l = 0; l < 8; ++l) {
+      const float lo = std::fma(w(l + 8), x[l + 8], w(l) * x[l]);
+      const float hi = std::fma(w(l + 24), x[l + 24], w(l + 16) * x[l + 16]);
+      lane[l] = std::fma(b[i].scale, lo + hi, lane[l]);
+    }
   }
   return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
 }  // namespace
 
-void quantize_fp8_e4m3_b128_2d(const float* src, int64_t rows, int64_t cols, void* dst) {
+void quantize_fp8_e4m3_2d(const float* src, int64_t rows, int64_t cols, void* dst) {
   auto* out = static_cast<BlockFP8*>(dst);
-  const int64_t tiles_per_row = cols / kFP8BlockElems;
-  for (int64_t r0 = 0; r0 < rows; r0 += kFP8BlockElems) {
-    const int64_t r1 = std::min(rows, r0 + kFP8BlockElems);
-    for (int64_t t = 0; t < tiles_per_row; ++t) {
-      float amax = 0.0f;
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t j = 0; j < kFP8BlockElems; ++j)
-          amax = std::max(amax, std::fabs(src[r * cols + t * kFP8BlockElems + j]));
-      const float scale = tile_scale(amax);
-      for (int64_t r = r0; r < r1; ++r)
-        encode_block(src + r * cols + t * kFP8BlockElems, scale, out[r * tiles_per_row + t]);
-    }
-  }
+  for (int64_t r0 = 0; r0 < rows; r0 += kFP8TileElems)
+    for (int64_t c0 = 0; c0 < cols; c0 += kFP8TileElems)
+      encode_tile(src, cols, r0, std::min(rows, r0 + kFP8TileElems), c0,
+                  std::min(cols, c0 + kFP8TileElems), out);
 }
 
-const FormatKernels kFP8_E4M3_B128Kernels = {
-    Type::FP8_E4M3_B128,    ActFormat::F32, dequantize, quantize, random_blocks, dot_ref,
-    dot_fp8_e4m3_b128_avx2, 0.0f,
+const FormatKernels kFP8_E4M3Kernels = {
+    Type::FP8_E4M3, ActFormat::F32,       dequantize, quantize, random_blocks,
+    dot_ref,        dot_fp8_e4m3_avx2, 0.0f,
 };
 
 }  // namespace strata::quant
