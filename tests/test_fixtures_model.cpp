@@ -83,7 +83,8 @@ TEST_P(Fixture, MatchesReferenceLogitsAndGreedy) {
   const auto greedy = read_json(src / "greedy.json")["tokens"].get<std::vector<int32_t>>();
   const auto cmp = read_json(src / "meta.json")["comparison"];
   const double min_cosine = cmp["min_cosine"], max_abs = cmp["max_abs"];
-  ASSERT_EQ(ref_arr.shape, (std::vector<int64_t>{int64_t(prompt.size() + greedy.size() - 1), vocab}));
+  ASSERT_EQ(ref_arr.shape,
+            (std::vector<int64_t>{int64_t(prompt.size() + greedy.size() - 1), vocab}));
 
   // One window over prompt + greedy[:-1], as the reference's full forward.
   std::vector<int32_t> all = prompt;
@@ -100,12 +101,14 @@ TEST_P(Fixture, MatchesReferenceLogitsAndGreedy) {
   for (size_t i = 0; i < greedy.size(); ++i) {
     compare_rows(logits, ref, vocab, int64_t(prompt.size() + i - 1), decode);
     ours.push_back(argmax(logits.data(), vocab));
-    if (i + 1 < greedy.size()) logits = m->forward(std::span(&ours.back(), 1), st, LogitsMode::Last);
+    if (i + 1 < greedy.size())
+      logits = m->forward(std::span(&ours.back(), 1), st, LogitsMode::Last);
   }
-  std::printf("%s: full window min cosine %.8f max abs %.3g (row %lld); decode min cosine %.8f "
-              "max abs %.3g; bound %.3g\n",
-              GetParam().c_str(), full.min_cosine, full.max_abs, (long long)full.worst_row,
-              decode.min_cosine, decode.max_abs, max_abs);
+  std::printf(
+      "%s: full window min cosine %.8f max abs %.3g (row %lld); decode min cosine %.8f "
+      "max abs %.3g; bound %.3g\n",
+      GetParam().c_str(), full.min_cosine, full.max_abs, (long long)full.worst_row,
+      decode.min_cosine, decode.max_abs, max_abs);
   EXPECT_GE(full.min_cosine, min_cosine) << "worst row " << full.worst_row;
   EXPECT_LE(full.max_abs, max_abs) << "worst row " << full.worst_row;
   EXPECT_GE(decode.min_cosine, min_cosine) << "worst row " << decode.worst_row;
@@ -113,7 +116,8 @@ TEST_P(Fixture, MatchesReferenceLogitsAndGreedy) {
   EXPECT_EQ(ours, greedy);
 }
 
-INSTANTIATE_TEST_SUITE_P(Reference, Fixture, ::testing::Values("qwen3_moe", "qwen3_next", "qwen3_5_moe"));
+INSTANTIATE_TEST_SUITE_P(Reference, Fixture,
+                         ::testing::Values("qwen3_moe", "qwen3_next", "qwen3_5_moe"));
 
 }  // namespace
 }  // namespace strata::model

@@ -23,7 +23,8 @@ namespace {
 
 using gguf::testing::TempDir;
 
-std::string synth_tiny(const TempDir& dir, const std::string& arch, const std::string& expert_type) {
+std::string synth_tiny(const TempDir& dir, const std::string& arch,
+                       const std::string& expert_type) {
   synth::SynthOptions o;
   o.arch = arch;
   o.preset = "tiny";
@@ -46,7 +47,8 @@ std::vector<int32_t> some_tokens(int64_t n, int64_t vocab, uint64_t seed) {
 }
 
 // Logits of `tokens` run in windows of the given sizes (in order), all rows.
-std::vector<float> run_windows(Model& m, const std::vector<int32_t>& tokens, const std::vector<int64_t>& sizes) {
+std::vector<float> run_windows(Model& m, const std::vector<int32_t>& tokens,
+                               const std::vector<int64_t>& sizes) {
   State st = m.new_state(64);
   std::vector<float> out;
   size_t first = 0;
@@ -131,7 +133,9 @@ INSTANTIATE_TEST_SUITE_P(Archs, ModelWindows,
                          ::testing::Values(Case{"qwen3moe", "q4_k"}, Case{"qwen3next", "q4_k"},
                                            Case{"qwen35moe", "q4_k"}, Case{"qwen3moe", "iq2_xs"},
                                            Case{"qwen3next", "iq2_xs"}, Case{"qwen35moe", "f32"}),
-                         [](const auto& info) { return info.param.arch + "_" + info.param.expert_type; });
+                         [](const auto& info) {
+                           return info.param.arch + "_" + info.param.expert_type;
+                         });
 
 TEST(ModelErrors, BadInputIsAClearError) {
   TempDir dir;
@@ -139,13 +143,18 @@ TEST(ModelErrors, BadInputIsAClearError) {
   auto m = Model::load(synth_tiny(dir, "qwen3moe", "q4_k"), be);
   State st = m->new_state(8);
   const int32_t big[] = {1, 512};
-  EXPECT_NE(error_of([&] { m->forward(big, st, LogitsMode::All); }).find("token 512 at window row 1 is outside"),
+  EXPECT_NE(error_of([&] {
+              m->forward(big, st, LogitsMode::All);
+            }).find("token 512 at window row 1 is outside"),
             std::string::npos);
   const int32_t neg[] = {-3};
-  EXPECT_NE(error_of([&] { m->forward(neg, st, LogitsMode::All); }).find("token -3"), std::string::npos);
-  EXPECT_NE(error_of([&] { m->forward({}, st, LogitsMode::All); }).find("no tokens"), std::string::npos);
+  EXPECT_NE(error_of([&] { m->forward(neg, st, LogitsMode::All); }).find("token -3"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { m->forward({}, st, LogitsMode::All); }).find("no tokens"),
+            std::string::npos);
   const std::vector<int32_t> nine(9, 5);
-  EXPECT_NE(error_of([&] { m->forward(nine, st, LogitsMode::All); }).find("context overflow"), std::string::npos);
+  EXPECT_NE(error_of([&] { m->forward(nine, st, LogitsMode::All); }).find("context overflow"),
+            std::string::npos);
   EXPECT_EQ(st.n_past, 0);
   EXPECT_NE(error_of([&] { m->new_state(1 << 30); }).find("context_length"), std::string::npos);
 }
@@ -154,7 +163,8 @@ TEST(ModelErrors, UnsupportedArchitecture) {
   TempDir dir;
   backend::CpuBackend be(1);
   const std::string path = synth_tiny(dir, "qwen4exp", "q4_k");
-  EXPECT_NE(error_of([&] { Model::load(path, be); }).find("cannot run qwen4exp models yet"), std::string::npos);
+  EXPECT_NE(error_of([&] { Model::load(path, be); }).find("cannot run qwen4exp models yet"),
+            std::string::npos);
 }
 
 TEST(ModelErrors, ForeignArchitecture) {
@@ -203,22 +213,29 @@ TEST(Npy, RoundTripsAndRejectsBadFiles) {
   const int64_t n[] = {3};
   npy::write(dir.file("i.npy"), ids, n);
   EXPECT_EQ(npy::read(dir.file("i.npy")).int32s(), ids);
-  EXPECT_NE(error_of([&] { npy::read(dir.file("i.npy")).floats(); }).find("expected float32"), std::string::npos);
+  EXPECT_NE(error_of([&] { npy::read(dir.file("i.npy")).floats(); }).find("expected float32"),
+            std::string::npos);
   auto bytes = gguf::testing::read_bytes(dir.file("f.npy"));
   bytes.resize(bytes.size() - 4);
   gguf::testing::write_bytes(dir.file("short.npy"), bytes);
-  EXPECT_NE(error_of([&] { npy::read(dir.file("short.npy")); }).find("data bytes"), std::string::npos);
+  EXPECT_NE(error_of([&] { npy::read(dir.file("short.npy")); }).find("data bytes"),
+            std::string::npos);
   gguf::testing::write_bytes(dir.file("junk.npy"), {1, 2, 3});
-  EXPECT_NE(error_of([&] { npy::read(dir.file("junk.npy")); }).find("not a .npy file"), std::string::npos);
+  EXPECT_NE(error_of([&] { npy::read(dir.file("junk.npy")); }).find("not a .npy file"),
+            std::string::npos);
 }
 
 // strata logits: every position's logits as [positions, vocab], the same bits in any windowing.
 TEST(LogitsCommand, WritesEveryPositionWhateverTheWindow) {
   TempDir dir;
   const std::string model = synth_tiny(dir, "qwen35moe", "q4_k");
-  const std::string cmd = std::string(STRATA_BINARY) + " logits -m " + model + " --tokens 3,1,4,1,5,9,2,6 -o ";
-  ASSERT_EQ(std::system((cmd + dir.file("a.npy") + " --dump " + dir.file("dump") + " 2>/dev/null").c_str()), 0);
-  ASSERT_EQ(std::system((cmd + dir.file("b.npy") + " --window 3 --threads 1 2>/dev/null").c_str()), 0);
+  const std::string cmd =
+      std::string(STRATA_BINARY) + " logits -m " + model + " --tokens 3,1,4,1,5,9,2,6 -o ";
+  ASSERT_EQ(std::system(
+                (cmd + dir.file("a.npy") + " --dump " + dir.file("dump") + " 2>/dev/null").c_str()),
+            0);
+  ASSERT_EQ(std::system((cmd + dir.file("b.npy") + " --window 3 --threads 1 2>/dev/null").c_str()),
+            0);
   const npy::Array a = npy::read(dir.file("a.npy"));
   EXPECT_EQ(a.shape, (std::vector<int64_t>{8, 512}));
   EXPECT_EQ(a.bytes, npy::read(dir.file("b.npy")).bytes);

@@ -47,9 +47,12 @@ std::vector<int32_t> parse_tokens(const std::string& list) {
 
 void run_logits(const LogitsOptions& o) {
   std::vector<int32_t> tokens;
-  if (!o.tokens.empty()) tokens = parse_tokens(o.tokens);
-  else if (!o.tokens_file.empty()) tokens = npy::read(o.tokens_file).int32s();
-  else fail("logits: give --tokens 1,2,3 or --tokens-file FILE.npy");
+  if (!o.tokens.empty())
+    tokens = parse_tokens(o.tokens);
+  else if (!o.tokens_file.empty())
+    tokens = npy::read(o.tokens_file).int32s();
+  else
+    fail("logits: give --tokens 1,2,3 or --tokens-file FILE.npy");
   if (tokens.empty()) fail("logits: the token list is empty");
   if (o.window < 0) fail("--window: ", o.window, " is negative");
 
@@ -63,11 +66,12 @@ void run_logits(const LogitsOptions& o) {
   std::map<std::string, std::pair<std::vector<float>, int64_t>> dumps;
   if (!o.dump_dir.empty()) {
     std::filesystem::create_directories(o.dump_dir);
-    model->set_dump([&dumps](const std::string& name, const std::vector<float>& rows, int64_t cols) {
-      auto& [values, width] = dumps[name];
-      values.insert(values.end(), rows.begin(), rows.end());
-      width = cols;
-    });
+    model->set_dump(
+        [&dumps](const std::string& name, const std::vector<float>& rows, int64_t cols) {
+          auto& [values, width] = dumps[name];
+          values.insert(values.end(), rows.begin(), rows.end());
+          width = cols;
+        });
   }
 
   model::State state = model->new_state(n);
@@ -93,11 +97,14 @@ void run_logits(const LogitsOptions& o) {
 
 void add_logits_command(CLI::App& app) {
   auto opts = std::make_shared<LogitsOptions>();
-  CLI::App* cmd = app.add_subcommand("logits", "Write the fp32 logits of every position of a token list as .npy");
+  CLI::App* cmd = app.add_subcommand(
+      "logits", "Write the fp32 logits of every position of a token list as .npy");
   cmd->add_option("-m,--model", opts->model, "GGUF model")->required();
   auto* tokens = cmd->add_option("--tokens", opts->tokens, "Comma-separated token ids");
-  cmd->add_option("--tokens-file", opts->tokens_file, "Token ids as an integer .npy")->excludes(tokens);
-  cmd->add_option("-o,--output", opts->output, "Output .npy: float32 [positions, vocab]")->required();
+  cmd->add_option("--tokens-file", opts->tokens_file, "Token ids as an integer .npy")
+      ->excludes(tokens);
+  cmd->add_option("-o,--output", opts->output, "Output .npy: float32 [positions, vocab]")
+      ->required();
   cmd->add_option("--window", opts->window, "Rows per forward window (default: all at once)");
   cmd->add_option("--threads", opts->threads, "CPU threads (default: one per hardware thread)");
   cmd->add_option("--dump", opts->dump_dir, "Write named per-layer activations as DIR/NAME.npy");

@@ -25,7 +25,8 @@ class ExpertSource {
   // The weights of layer `layer`'s experts, indexed by expert id, for a window whose routing is
   // `routing`: every expert it names is usable until the next call (a cache waits for misses
   // here: the handshake). Other entries may be empty.
-  virtual std::span<const backend::ExpertWeights> layer(int layer, const backend::Routing& routing) = 0;
+  virtual std::span<const backend::ExpertWeights> layer(int layer,
+                                                        const backend::Routing& routing) = 0;
 };
 
 // Every expert as a slice of the file's [ne0, ne1, n_expert] stacks (ffn_{gate,up,down}_exps),

@@ -48,8 +48,9 @@ Tensor moe(Window& w, int64_t il, const Tensor& x) {
   Tensor logits = w.tmp(w.T, w.c.n_expert);
   be.matmul(L.ffn_gate_inp, x, logits);  // router_logits = F.linear(hidden_states, self.weight)
   // softmax, topk, and `router_top_value /= sum` when norm_topk_prob
-  const backend::Routing routing = be.route_softmax_topk(logits, w.c.n_expert_used, w.renormalize_topk);
-  Tensor y = w.tmp(w.T, w.c.n_embd);  // zeros
+  const backend::Routing routing =
+      be.route_softmax_topk(logits, w.c.n_expert_used, w.renormalize_topk);
+  Tensor y = w.tmp(w.T, w.c.n_embd);                                 // zeros
   be.moe_experts(x, routing, w.experts.layer(int(il), routing), y);  // self.experts(...)
   if (!present(L.ffn_gate_shexp)) return y;
   // shared_expert_output = self.shared_expert(hidden_states)

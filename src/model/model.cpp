@@ -18,7 +18,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, backend::Backend& ba
   m->config_ = ModelConfig::read(r);
   const ModelConfig& c = m->config_;
   if (!layer_function(c.arch))
-    fail(path, ": strata cannot run ", arch_name(c.arch), " models yet (it runs qwen3moe, qwen3next, qwen35moe)");
+    fail(path, ": strata cannot run ", arch_name(c.arch),
+         " models yet (it runs qwen3moe, qwen3next, qwen35moe)");
   validate_tensors(r, c);
   m->weights_ = load_weights(r, c, backend);
   m->experts_ = experts::make_mapped_source(r, c, backend);
@@ -34,13 +35,16 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   if (T == 0) fail("forward: the window has no tokens");
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= c.n_vocab)
-      fail("token ", tokens[i], " at window row ", i, " is outside the vocabulary (0..", c.n_vocab - 1, ")");
+      fail("token ", tokens[i], " at window row ", i, " is outside the vocabulary (0..",
+           c.n_vocab - 1, ")");
   if (state.n_past + T > state.n_ctx())
-    fail("context overflow: ", state.n_past, " positions done + ", T, " new exceed the state's context of ",
-         state.n_ctx());
-  if (int64_t(state.layers.size()) != c.n_layer) fail("forward: the state belongs to another model");
+    fail("context overflow: ", state.n_past, " positions done + ", T,
+         " new exceed the state's context of ", state.n_ctx());
+  if (int64_t(state.layers.size()) != c.n_layer)
+    fail("forward: the state belongs to another model");
 
-  Window w{backend_, c, weights_, *experts_, state, {}, T, renormalize_topk_, dump_, Scratch(backend_)};
+  Window w{backend_, c, weights_,          *experts_, state,
+           {},       T, renormalize_topk_, dump_,     Scratch(backend_)};
   for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
   Scratch keep(backend_);
   Tensor x = keep(T, c.n_embd);
@@ -54,7 +58,8 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   }
   const Tensor rows = mode == LogitsMode::All ? x : x.rows_view(T - 1, 1);
   Tensor h = keep(rows.rows, c.n_embd);
-  backend_.rms_norm(rows, &weights_.output_norm, c.n_embd, float(c.rms_eps), h);  // norm(hidden_states)
+  backend_.rms_norm(rows, &weights_.output_norm, c.n_embd, float(c.rms_eps),
+                    h);  // norm(hidden_states)
   w.dump("final_norm", -1, h);
   Tensor logits = keep(rows.rows, c.n_vocab);
   backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)

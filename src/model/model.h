@@ -27,8 +27,8 @@ enum class LogitsMode { Last, All };
 
 // Receives named intermediate activations ("attn_norm-3", "final_norm"; docs/MODELS.md lists
 // them) as [T, cols] host rows while a window runs.
-using DumpFn = std::function<void(const std::string& name, const std::vector<float>& rows,
-                                  int64_t cols)>;
+using DumpFn =
+    std::function<void(const std::string& name, const std::vector<float>& rows, int64_t cols)>;
 
 class Model {
  public:
@@ -54,7 +54,9 @@ class Model {
   void set_dump(DumpFn dump) { dump_ = std::move(dump); }
 
   // Replaces the routed-expert source (the streaming cache, later).
-  void set_expert_source(std::unique_ptr<experts::ExpertSource> source) { experts_ = std::move(source); }
+  void set_expert_source(std::unique_ptr<experts::ExpertSource> source) {
+    experts_ = std::move(source);
+  }
 
  private:
   Model(std::unique_ptr<gguf::Reader> reader, backend::Backend& backend);

@@ -28,7 +28,8 @@ Tensor attention(Window& w, int64_t il, const Tensor& x) {
   be.rope_neox(k, w.pos, d, c.rope_dim, float(c.rope_theta));
   be.kv_write(st.k_cache, st.v_cache, k, v, w.pos);  // past_key_values.update
   Tensor o = w.tmp(w.T, h * d);
-  be.attention(q, st.k_cache, st.v_cache, w.pos, h, g, d, 1.0f / std::sqrt(float(d)), o);  // scaling
+  be.attention(q, st.k_cache, st.v_cache, w.pos, h, g, d, 1.0f / std::sqrt(float(d)),
+               o);  // scaling
   Tensor out = w.tmp(w.T, c.n_embd);
   be.matmul(L.attn_output, o, out);  // o_proj(attn_output)
   return out;
@@ -41,15 +42,15 @@ void qwen3moe_layer(Window& w, int64_t il, Tensor x) {
   const LayerWeights& L = w.w.layers[size_t(il)];
   Tensor h = norm(w, x, L.attn_norm);  // input_layernorm(hidden_states)
   w.dump("attn_norm", il, h);
-  Tensor a = attention(w, il, h);      // self_attn(...)
+  Tensor a = attention(w, il, h);  // self_attn(...)
   w.dump("attn_out", il, a);
-  w.be.add(x, a, x);                   // residual + hidden_states
+  w.be.add(x, a, x);  // residual + hidden_states
   w.dump("ffn_inp", il, x);
-  h = norm(w, x, L.ffn_norm);          // post_attention_layernorm(hidden_states)
+  h = norm(w, x, L.ffn_norm);  // post_attention_layernorm(hidden_states)
   w.dump("ffn_norm", il, h);
-  Tensor m = moe(w, il, h);            // mlp(hidden_states)
+  Tensor m = moe(w, il, h);  // mlp(hidden_states)
   w.dump("moe_out", il, m);
-  w.be.add(x, m, x);                   // residual + hidden_states
+  w.be.add(x, m, x);  // residual + hidden_states
 }
 
 }  // namespace strata::model

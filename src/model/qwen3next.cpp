@@ -33,8 +33,8 @@ Tensor gated_attention(Window& w, int64_t il, const Tensor& x) {
   be.rms_norm(q, &L.attn_q_norm, d, eps, q);  // q_norm(query_states)
   Tensor k = w.tmp(w.T, g * d), v = w.tmp(w.T, g * d);
   be.matmul(L.attn_k, x, k);
-  be.rms_norm(k, &L.attn_k_norm, d, eps, k);  // k_norm(k_proj(hidden_states))
-  be.matmul(L.attn_v, x, v);                  // v_proj(hidden_states)
+  be.rms_norm(k, &L.attn_k_norm, d, eps, k);                   // k_norm(k_proj(hidden_states))
+  be.matmul(L.attn_v, x, v);                                   // v_proj(hidden_states)
   be.rope_neox(q, w.pos, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
   be.rope_neox(k, w.pos, d, c.rope_dim, float(c.rope_theta));
   be.kv_write(st.k_cache, st.v_cache, k, v, w.pos);  // past_key_values.update
@@ -49,7 +49,7 @@ Tensor gated_attention(Window& w, int64_t il, const Tensor& x) {
 // b and a, [T, Gv] each, in the value-head order of the file.
 void beta_alpha_projection(Window& w, const LayerWeights& L, const Tensor& x, Tensor b, Tensor a) {
   if (w.c.arch == Arch::Qwen35Moe) {
-    w.be.matmul(L.ssm_beta, x, b);  // in_proj_b(hidden_states)
+    w.be.matmul(L.ssm_beta, x, b);   // in_proj_b(hidden_states)
     w.be.matmul(L.ssm_alpha, x, a);  // in_proj_a(hidden_states)
     return;
   }
@@ -112,7 +112,9 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   be.conv1d_silu(qkv, st.conv, L.ssm_conv1d, conv);  // causal_conv1d_fn(..., activation="silu")
   w.dump("gdn_conv", il, conv);
   // torch.split(mixed_qkv, [key_dim, key_dim, value_dim])
-  const Tensor q = conv.cols_view(0, kd), k = conv.cols_view(kd, kd), v = conv.cols_view(2 * kd, vd);
+  const Tensor q = conv.cols_view(0, kd);
+  const Tensor k = conv.cols_view(kd, kd);
+  const Tensor v = conv.cols_view(2 * kd, vd);
   Tensor beta = w.tmp(w.T, gv);
   be.fill(beta, 1.0f);
   be.mul_sigmoid(beta, b, beta);  // beta = b.sigmoid()
@@ -127,7 +129,7 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
                       st.ssm, gv, core);
   w.dump("gdn_core", il, core);
   be.rms_norm(core, &L.ssm_norm, s, float(c.rms_eps), core);  // self.norm(core_attn_out, z) ...
-  be.swiglu(z, core, core);                                    // ... * silu(z)
+  be.swiglu(z, core, core);                                   // ... * silu(z)
   Tensor out = w.tmp(w.T, c.n_embd);
   be.matmul(L.ssm_out, core, out);  // out_proj(core_attn_out)
   return out;
@@ -140,7 +142,7 @@ void qwen3next_layer(Window& w, int64_t il, Tensor x) {
   const LayerWeights& L = w.w.layers[size_t(il)];
   Tensor h = norm(w, x, L.attn_norm);  // input_layernorm(hidden_states)
   w.dump("attn_norm", il, h);
-  Tensor a = w.c.is_linear(il) ? gated_delta_net(w, il, h)  // linear_attn(...)
+  Tensor a = w.c.is_linear(il) ? gated_delta_net(w, il, h)   // linear_attn(...)
                                : gated_attention(w, il, h);  // self_attn(...)
   w.dump("attn_out", il, a);
   w.be.add(x, a, x);  // residual + hidden_states

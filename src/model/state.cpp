@@ -16,15 +16,18 @@ void State::copy_state(const LayerState& src, LayerState& dst, int64_t n_past, b
     if (!has(*s)) continue;
     if (allocate) *d = backend_->alloc(s->rows, s->cols);
     const bool kv = s == &src.k_cache || s == &src.v_cache;
-    if (kv) backend_->copy(s->rows_view(0, n_past), d->rows_view(0, n_past));
-    else backend_->copy(*s, *d);
+    if (kv)
+      backend_->copy(s->rows_view(0, n_past), d->rows_view(0, n_past));
+    else
+      backend_->copy(*s, *d);
   }
 }
 
 State::State(backend::Backend& backend, const ModelConfig& c, int64_t n_ctx)
     : backend_(&backend), n_ctx_(n_ctx) {
   if (n_ctx < 1 || n_ctx > c.n_ctx)
-    fail("context of ", n_ctx, " positions is outside 1..", c.n_ctx, " (the model's context_length)");
+    fail("context of ", n_ctx, " positions is outside 1..", c.n_ctx,
+         " (the model's context_length)");
   layers.resize(size_t(c.n_layer));
   for (int64_t il = 0; il < c.n_layer; ++il) {
     LayerState& l = layers[size_t(il)];
@@ -47,7 +50,8 @@ void State::release_all() {
   layers.clear();
 }
 
-State::State(const State& other) : n_past(other.n_past), backend_(other.backend_), n_ctx_(other.n_ctx_) {
+State::State(const State& other)
+    : n_past(other.n_past), backend_(other.backend_), n_ctx_(other.n_ctx_) {
   layers.resize(other.layers.size());
   for (size_t i = 0; i < layers.size(); ++i) copy_state(other.layers[i], layers[i], n_past, true);
 }
@@ -56,7 +60,8 @@ State& State::operator=(const State& other) {
   if (this == &other) return *this;
   if (other.backend_ != backend_ || other.n_ctx_ != n_ctx_ || other.layers.size() != layers.size())
     fail("state: cannot assign a state of another model, backend or context size");
-  for (size_t i = 0; i < layers.size(); ++i) copy_state(other.layers[i], layers[i], other.n_past, false);
+  for (size_t i = 0; i < layers.size(); ++i)
+    copy_state(other.layers[i], layers[i], other.n_past, false);
   n_past = other.n_past;
   return *this;
 }

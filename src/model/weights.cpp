@@ -79,7 +79,8 @@ Weights load_weights(const gguf::Reader& reader, const ModelConfig& c, backend::
       field = global_field(w, spec.name);
     } else {
       const std::string prefix = cat("blk.", spec.layer, ".");
-      field = layer_field(w.layers[size_t(spec.layer)], std::string_view(spec.name).substr(prefix.size()));
+      field = layer_field(w.layers[size_t(spec.layer)],
+                          std::string_view(spec.name).substr(prefix.size()));
     }
     if (!field)
       fail(reader.path(), ": tensor ", spec.name, " has no place in strata's ", arch_name(c.arch),

@@ -62,15 +62,16 @@ struct LayerWeights {
 };
 
 struct Weights {
-  Weight token_embd;   // [n, V]
-  Weight output_norm;  // [n]
-  Weight output;       // [n, V]; token_embd when the file has none (tied)
+  Weight token_embd;                 // [n, V]
+  Weight output_norm;                // [n]
+  Weight output;                     // [n, V]; token_embd when the file has none (tied)
   std::vector<LayerWeights> layers;  // n_blocks()
 };
 
 // Prepares every non-expert tensor of tensor_specs(config) through backend.weight(). Throws
 // strata::Error naming the tensor when a norm/vector weight is not F32 (the ops take F32 gains)
 // or a tensor has no field (an architecture whose forward strata does not have yet).
-Weights load_weights(const gguf::Reader& reader, const ModelConfig& config, backend::Backend& backend);
+Weights load_weights(const gguf::Reader& reader, const ModelConfig& config,
+                     backend::Backend& backend);
 
 }  // namespace strata::model

@@ -49,7 +49,8 @@ std::vector<int64_t> parse_shape(const std::string& path, const std::string& tex
     int64_t v = 0;
     size_t digits = 0;
     while (p < text.size() && text[p] >= '0' && text[p] <= '9') {
-      if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) fail(path, ": shape ", text, " overflows");
+      if (v > (std::numeric_limits<int64_t>::max() - 9) / 10)
+        fail(path, ": shape ", text, " overflows");
       v = v * 10 + (text[p++] - '0');
       ++digits;
     }
@@ -64,7 +65,8 @@ void write_raw(const std::string& path, const char* descr, const void* data, siz
   std::string dims;
   for (size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
   if (shape.size() == 1) dims += ",";  // Python's one-element tuple: "(3,)"
-  std::string header = cat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (", dims, "), }");
+  std::string header =
+      cat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (", dims, "), }");
   // Magic (6) + version (2) + length (2) + header, padded with spaces to 64 bytes and ended by \n.
   const size_t total = (10 + header.size() + 1 + 63) / 64 * 64;
   header.append(total - 10 - header.size() - 1, ' ');
@@ -83,7 +85,8 @@ void write_raw(const std::string& path, const char* descr, const void* data, siz
 }
 
 template <typename T>
-void check_count(const std::string& path, std::span<const T> values, std::span<const int64_t> shape) {
+void check_count(const std::string& path, std::span<const T> values,
+                 std::span<const int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   if (n != int64_t(values.size()))
@@ -133,7 +136,8 @@ std::vector<int32_t> Array::int32s() const {
 Array read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, ": cannot open");
-  const std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
   if (file.size() < 10 || std::memcmp(file.data(), kMagic, 6) != 0) fail(path, ": not a .npy file");
   const int major = file[6];
   size_t header_len = 0, pos = 0;
@@ -142,7 +146,8 @@ Array read(const std::string& path) {
     pos = 10;
   } else if (major == 2 || major == 3) {
     if (file.size() < 12) fail(path, ": truncated header");
-    header_len = size_t(file[8]) | size_t(file[9]) << 8 | size_t(file[10]) << 16 | size_t(file[11]) << 24;
+    header_len =
+        size_t(file[8]) | size_t(file[9]) << 8 | size_t(file[10]) << 16 | size_t(file[11]) << 24;
     pos = 12;
   } else {
     fail(path, ": unsupported .npy version ", major);
@@ -153,7 +158,8 @@ Array read(const std::string& path) {
 
   Array a;
   std::string descr = dict_value(path, header, "descr");
-  if (descr.size() < 2 || descr.front() != '\'' || descr.back() != '\'') fail(path, ": bad descr ", descr);
+  if (descr.size() < 2 || descr.front() != '\'' || descr.back() != '\'')
+    fail(path, ": bad descr ", descr);
   a.dtype = descr.substr(1, descr.size() - 2);
   if (a.dtype == "=f4" || a.dtype == "=i4" || a.dtype == "=i8") a.dtype[0] = '<';
   if (dict_value(path, header, "fortran_order") != "False")
@@ -178,7 +184,8 @@ void write(const std::string& path, std::span<const float> values, std::span<con
   write_raw(path, "<f4", values.data(), values.size() * 4, shape);
 }
 
-void write(const std::string& path, std::span<const int32_t> values, std::span<const int64_t> shape) {
+void write(const std::string& path, std::span<const int32_t> values,
+           std::span<const int64_t> shape) {
   check_count(path, values, shape);
   write_raw(path, "<i4", values.data(), values.size() * 4, shape);
 }

@@ -28,6 +28,7 @@ Array read(const std::string& path);
 
 // Writes fp32 / int32 values of the given shape (C order); throws strata::Error on I/O failure.
 void write(const std::string& path, std::span<const float> values, std::span<const int64_t> shape);
-void write(const std::string& path, std::span<const int32_t> values, std::span<const int64_t> shape);
+void write(const std::string& path, std::span<const int32_t> values,
+           std::span<const int64_t> shape);
 
 }  // namespace strata::npy
