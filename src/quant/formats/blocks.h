@@ -120,6 +120,33 @@ float dot_lanes32(Weight w, const float* a, int64_t n) {
   return reduce8(l8);
 }
 
+// The reference dot of Q4_K and Q5_K against Q8_K: per block, 8 sub-blocks of 32 codes (from
+// `codes`) with 6-bit scales and mins; the integer sums are exact, then two fused steps in lane
+// b % 8 (d * sum, then -dmin * mins), the order dot_q4_k_avx2 and dot_q5_k_avx2 keep.
+template <typename Block, void (*codes)(const Block&, uint8_t*)>
+float dot_scale_min_k_ref(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const Block*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float lanes[8] = {};
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    uint8_t q[kQK_K];
+    codes(x[b], q);
+    int32_t sum = 0, mins = 0;
+    for (int s = 0; s < 8; ++s) {
+      uint8_t sc, m;
+      scale_min_k4(s, x[b].scales, &sc, &m);
+      int32_t g = 0;
+      for (int l = 0; l < 32; ++l) g += q[32 * s + l] * y[b].qs[32 * s + l];
+      sum += sc * g;
+      mins += m * (y[b].bsums[2 * s] + y[b].bsums[2 * s + 1]);
+    }
+    float& lane = lanes[b % 8];
+    lane = std::fma(fp16_to_fp32(x[b].d) * y[b].d, float(sum), lane);
+    lane = std::fma(-(fp16_to_fp32(x[b].dmin) * y[b].d), float(mins), lane);
+  }
+  return reduce8(lanes);
+}
+
 // Random-block helpers: a positive fp16 scale in [max / 2, max), and raw random bytes.
 inline uint16_t random_scale(Rng& rng, float max) {
   return fp32_to_fp16(rng.uniform(0.5f, 1.0f) * max);

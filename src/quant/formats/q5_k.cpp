@@ -58,32 +58,10 @@ void random_blocks(Rng& rng, void* blocks, int64_t nblocks) {
   }
 }
 
-float dot_ref(const void* w, const void* a, int64_t n) {
-  const auto* x = static_cast<const BlockQ5_K*>(w);
-  const auto* y = static_cast<const BlockQ8_K*>(a);
-  float lanes[8] = {};
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    uint8_t q[kQK_K];
-    codes(x[b], q);
-    int32_t sum = 0, mins = 0;
-    for (int s = 0; s < 8; ++s) {
-      uint8_t sc, m;
-      scale_min_k4(s, x[b].scales, &sc, &m);
-      int32_t g = 0;
-      for (int l = 0; l < 32; ++l) g += q[32 * s + l] * y[b].qs[32 * s + l];
-      sum += sc * g;
-      mins += m * (y[b].bsums[2 * s] + y[b].bsums[2 * s + 1]);
-    }
-    float& lane = lanes[b % 8];
-    lane = std::fma(fp16_to_fp32(x[b].d) * y[b].d, float(sum), lane);
-    lane = std::fma(-(fp16_to_fp32(x[b].dmin) * y[b].d), float(mins), lane);
-  }
-  return reduce8(lanes);
-}
 
 }  // namespace
 
-const FormatKernels kQ5_KKernels = {Type::Q5_K,    ActFormat::Q8_K, dequantize,    quantize,
-                                    random_blocks, dot_ref,         dot_q5_k_avx2, 0.0f};
+const FormatKernels kQ5_KKernels = {Type::Q5_K, ActFormat::Q8_K, dequantize, quantize, random_blocks,
+                                    dot_scale_min_k_ref<BlockQ5_K, codes>, dot_q5_k_avx2, 0.0f};
 
 }  // namespace strata::quant
