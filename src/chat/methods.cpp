@@ -402,7 +402,8 @@ Params::Params(const char* function, Args& args, std::initializer_list<const cha
               args.positional.size(), " given)");
   for (size_t i = 0; i < args.positional.size(); ++i) values_[i] = &args.positional[i];
   for (const auto& [k, v] : args.keyword) {
-    const auto it = std::find_if(names_.begin(), names_.end(), [&](const char* n) { return k == n; });
+    const std::string& key = k;  // clang 14 cannot capture a structured binding in a lambda
+    const auto it = std::find_if(names_.begin(), names_.end(), [&](const char* n) { return key == n; });
     if (it == names_.end()) eval_fail(function, "() got an unexpected keyword argument '", k, "'");
     const size_t i = size_t(it - names_.begin());
     if (values_[i]) eval_fail(function, "() got multiple values for argument '", k, "'");
