@@ -8,6 +8,7 @@ namespace strata::cli {
 void add_convert_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_logits_command(CLI::App& app);
+void add_run_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 

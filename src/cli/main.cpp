@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   strata::cli::add_convert_command(app);
   strata::cli::add_inspect_command(app);
   strata::cli::add_logits_command(app);
+  strata::cli::add_run_command(app);
   strata::cli::add_synth_command(app);
   strata::cli::add_tokenize_command(app);
   try {

@@ -1,0 +1,206 @@
+// strata run: generates from a model on the CPU, one-shot with -p or as an interactive chat.
+// The reply streams to stdout; one telemetry line per reply goes to stderr, so the reply can be
+// piped on its own. docs/RUN.md describes the flags and the chat commands.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_backend.h"
+#include "chat/chat.h"
+#include "cli/commands.h"
+#include "decode/generate.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab.h"
+#include "util/error.h"
+
+namespace strata::cli {
+
+namespace {
+
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  bool one_shot = false;  // -p given, even as ""
+  std::string system;
+  bool raw = false;
+  std::optional<bool> think;
+  decode::GenerateParams gen;
+  int threads = 0;
+  int64_t ctx = 4096;
+};
+
+// The conversation so far and how it becomes prompt tokens: the model's chat template over the
+// messages, or with --raw the plain transcript.
+class Conversation {
+ public:
+  Conversation(const RunOptions& o, const tokenizer::Tokenizer& tok) : opts_(o), tok_(tok) {
+    const auto& vocab = tok.vocab();
+    if (!o.raw) {
+      if (vocab.chat_template.empty())
+        fail(o.model, " has no chat template; pass --raw to send the prompt as it is");
+      template_.emplace(vocab.chat_template);
+    }
+    if (vocab.bos) bos_ = tok.piece(*vocab.bos);
+    if (vocab.eos) eos_ = tok.piece(*vocab.eos);
+    if (o.think) extra_["enable_thinking"] = *o.think;
+    clear();
+  }
+
+  // The tokens of the conversation with `user` as the next turn, ready for the reply.
+  std::vector<int32_t> prompt_with(const std::string& user) const {
+    std::string text;
+    if (opts_.raw) {
+      text = transcript_.empty() ? user : transcript_ + "\n" + user;
+    } else {
+      auto messages = messages_;
+      messages.push_back({{"role", "user"}, {"content", user}});
+      text = chat::render_chat(*template_, messages, nullptr, true, extra_, bos_, eos_);
+    }
+    const auto ids = tok_.encode(text);
+    return {ids.begin(), ids.end()};
+  }
+
+  void add_turn(const std::string& user, const std::string& reply) {
+    if (opts_.raw) {
+      transcript_ = (transcript_.empty() ? user : transcript_ + "\n" + user) + reply;
+    } else {
+      messages_.push_back({{"role", "user"}, {"content", user}});
+      messages_.push_back({{"role", "assistant"}, {"content", reply}});
+    }
+  }
+
+  void clear() {
+    transcript_.clear();
+    messages_ = nlohmann::ordered_json::array();
+    if (!opts_.system.empty()) messages_.push_back({{"role", "system"}, {"content", opts_.system}});
+  }
+
+ private:
+  const RunOptions& opts_;
+  const tokenizer::Tokenizer& tok_;
+  std::optional<chat::Template> template_;
+  nlohmann::ordered_json messages_;
+  nlohmann::ordered_json extra_ = nlohmann::ordered_json::object();
+  std::string transcript_;
+  std::string bos_, eos_;
+};
+
+void print_piece(const std::string& piece) {
+  std::fwrite(piece.data(), 1, piece.size(), stdout);
+  std::fflush(stdout);
+}
+
+// Streams one reply, ends its line and reports the telemetry.
+decode::GenerateResult reply(decode::Session& session, const std::vector<int32_t>& prompt,
+                             const decode::GenerateParams& gen) {
+  auto result = session.generate(prompt, gen, print_piece);
+  if (result.text.empty() || result.text.back() != '\n') print_piece("\n");
+  std::fprintf(stderr, "[strata] %s\n", decode::format_telemetry(result.telemetry).c_str());
+  return result;
+}
+
+std::string too_long(size_t tokens, int64_t ctx) {
+  return cat("the prompt has ", tokens, " tokens, more than --ctx ", ctx);
+}
+
+void chat_loop(decode::Session& session, Conversation& conv, const RunOptions& o) {
+  const bool tty = isatty(STDIN_FILENO) != 0;
+  if (tty)
+    std::fprintf(stderr, "strata: chatting with %s; /reset clears, /exit or Ctrl-D quits\n",
+                 o.model.c_str());
+  std::string line;
+  while (true) {
+    if (tty) print_piece("> ");
+    if (!std::getline(std::cin, line)) {
+      if (tty) print_piece("\n");
+      return;
+    }
+    if (line == "/exit") return;
+    if (line == "/reset") {
+      conv.clear();
+      session.reset();
+      std::fprintf(stderr, "[strata] conversation cleared\n");
+      continue;
+    }
+    if (line.empty()) continue;
+    const auto prompt = conv.prompt_with(line);
+    if (int64_t(prompt.size()) > o.ctx) {
+      std::fprintf(stderr, "strata: %s; /reset starts over\n",
+                   too_long(prompt.size(), o.ctx).c_str());
+      continue;
+    }
+    conv.add_turn(line, reply(session, prompt, o.gen).text);
+  }
+}
+
+void run_run(const RunOptions& o) {
+  o.gen.validate();
+  if (!std::filesystem::exists(o.model)) fail("model file '", o.model, "' does not exist");
+  if (o.ctx < 1) fail("--ctx: ", o.ctx, " must be at least 1");
+
+  backend::CpuBackend backend(o.threads);
+  auto model = model::Model::load(o.model, backend);
+  if (o.ctx > model->config().n_ctx)
+    fail("--ctx: ", o.ctx, " exceeds the model's context of ", model->config().n_ctx);
+  const tokenizer::Tokenizer tok(tokenizer::read_vocab_metadata(model->reader()));
+  Conversation conv(o, tok);
+  decode::Session session(*model, tok, {.n_ctx = o.ctx, .snapshot_prompt = !o.one_shot});
+
+  if (!o.one_shot) {
+    chat_loop(session, conv, o);
+    return;
+  }
+  const auto prompt = conv.prompt_with(o.prompt);
+  if (int64_t(prompt.size()) > o.ctx) fail(too_long(prompt.size(), o.ctx));
+  reply(session, prompt, o.gen);
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto opts = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Generate from a model: one-shot with -p, else an interactive chat on stdin");
+  cmd->add_option("-m,--model", opts->model, "GGUF model")->required();
+  auto* prompt =
+      cmd->add_option("-p,--prompt", opts->prompt, "Prompt (one-shot); without it, chat");
+  cmd->add_option("--system", opts->system, "System message for the chat template");
+  cmd->add_flag("--raw", opts->raw, "Send the prompt as it is, without the chat template");
+  auto* think = cmd->add_flag_callback(
+      "--think", [opts] { opts->think = true; }, "Set the template's enable_thinking to true");
+  cmd->add_flag_callback(
+         "--no-think", [opts] { opts->think = false; }, "Set enable_thinking to false")
+      ->excludes(think);
+  auto& gen = opts->gen;
+  auto& s = gen.sampling;
+  cmd->add_option("--max-tokens", gen.max_tokens, "Most tokens to generate per reply")
+      ->capture_default_str();
+  cmd->add_option("--temp", s.temperature, "Temperature; 0 is greedy")->capture_default_str();
+  cmd->add_option("--top-k", s.top_k, "Keep the k most likely tokens; 0 is off");
+  cmd->add_option("--top-p", s.top_p, "Nucleus sampling mass; 1 is off");
+  cmd->add_option("--min-p", s.min_p, "Drop tokens below min-p times the best; 0 is off");
+  cmd->add_option("--repeat-penalty", s.repetition_penalty, "Repetition penalty; 1 is off");
+  cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty; 0 is off");
+  cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty; 0 is off");
+  cmd->add_option("--seed", s.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--stop", gen.stop, "Stop string (repeatable); the reply ends before it")
+      ->allow_extra_args(false);
+  cmd->add_option("--threads", opts->threads, "CPU threads (default: one per hardware thread)");
+  cmd->add_option("--ctx", opts->ctx, "Context positions")->capture_default_str();
+  cmd->add_option("--batch", gen.batch, "Rows per prefill window")->capture_default_str();
+  cmd->callback([opts, prompt] {
+    opts->one_shot = prompt->count() > 0;
+    run_run(*opts);
+  });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,172 @@
+#include "decode/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "decode/stop.h"
+#include "tokenizer/detokenize.h"
+#include "util/error.h"
+
+namespace strata::decode {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string number_or_dash(const std::optional<double>& v, const char* format) {
+  if (!v) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, *v);
+  return buf;
+}
+
+}  // namespace
+
+void GenerateParams::validate() const {
+  sampling.validate();
+  if (max_tokens < 0) fail("max_tokens: ", max_tokens, " is negative");
+  if (batch < 1) fail("batch: ", batch, " must be at least 1");
+  for (const auto& s : stop)
+    if (s.empty()) fail("stop: an empty stop string would end every generation at once");
+}
+
+std::optional<double> Telemetry::prefill_tok_per_s() const {
+  if (prompt_tokens == 0 || prefill_seconds <= 0) return std::nullopt;
+  return double(prompt_tokens) / prefill_seconds;
+}
+
+std::optional<double> Telemetry::decode_tok_per_s() const {
+  if (decode_steps == 0 || decode_seconds <= 0) return std::nullopt;
+  return double(decode_steps) / decode_seconds;
+}
+
+std::string format_telemetry(const Telemetry& t) {
+  std::string reused = t.reused_tokens > 0 ? cat(", ", t.reused_tokens, " reused") : "";
+  const auto hit_percent =
+      t.cache_hit_rate ? std::optional<double>(*t.cache_hit_rate * 100.0) : std::nullopt;
+  return cat("prompt ", t.prompt_tokens, " tok", reused, ", prefill ",
+             number_or_dash(t.prefill_tok_per_s(), "%.1f"), " tok/s | ", t.generated_tokens,
+             " tok, decode ", number_or_dash(t.decode_tok_per_s(), "%.1f"), " tok/s | cache hit ",
+             number_or_dash(hit_percent, "%.1f%%"), " | ssd ",
+             number_or_dash(t.ssd_gb_per_s, "%.2f"), " GB/s | stall ",
+             number_or_dash(t.stall_ms_per_token, "%.1f"), " ms/tok");
+}
+
+Session::Session(model::Model& model, const tokenizer::Tokenizer& tokenizer,
+                 const SessionOptions& options)
+    : model_(model),
+      tokenizer_(tokenizer),
+      options_(options),
+      state_(model.new_state(options.n_ctx)) {
+  // Qwen's generation configs end on both <|im_end|> and <|endoftext|>, whichever the vocab's
+  // eos is; a raw prompt may well be continued with the document end.
+  const auto& vocab = tokenizer.vocab();
+  for (const auto& id : {vocab.eos, vocab.find("<|im_end|>"), vocab.find("<|endoftext|>")})
+    if (id && !is_end(int32_t(*id))) end_ids_.push_back(int32_t(*id));
+}
+
+bool Session::is_end(int32_t id) const {
+  return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end();
+}
+
+void Session::reset() {
+  state_.reset();
+  tokens_.clear();
+  snapshot_.reset();
+  snapshot_len_ = 0;
+}
+
+int64_t Session::reuse_prefix(std::span<const int32_t> prompt) {
+  // At least the prompt's last token must run: its logits pick the first new token.
+  const size_t limit = std::min(prompt.size() - 1, tokens_.size());
+  size_t common = 0;
+  while (common < limit && tokens_[common] == prompt[common]) ++common;
+  if (common == tokens_.size()) return int64_t(common);
+  // The DeltaNet layers carry a recurrent state that cannot be unwound position by position, so
+  // a divergence goes back to the snapshot (or the start), not to the exact common prefix.
+  if (snapshot_ && size_t(snapshot_len_) <= common) {
+    state_ = *snapshot_;
+    tokens_.resize(size_t(snapshot_len_));
+    return snapshot_len_;
+  }
+  reset();
+  return 0;
+}
+
+GenerateResult Session::generate(std::span<const int32_t> prompt, const GenerateParams& params,
+                                 const PieceFn& on_piece) {
+  params.validate();
+  if (prompt.empty()) fail("generate: the prompt is empty");
+  if (int64_t(prompt.size()) > n_ctx())
+    fail("the prompt has ", prompt.size(), " tokens, more than the context of ", n_ctx());
+
+  GenerateResult result;
+  Telemetry& tm = result.telemetry;
+  const int64_t reused = reuse_prefix(prompt);
+  tm.reused_tokens = reused;
+  tm.prompt_tokens = int64_t(prompt.size()) - reused;
+
+  const auto prefill_start = Clock::now();
+  std::vector<float> logits;
+  for (int64_t first = reused; first < int64_t(prompt.size()); first += params.batch) {
+    const int64_t count = std::min(params.batch, int64_t(prompt.size()) - first);
+    const auto window = prompt.subspan(size_t(first), size_t(count));
+    logits = model_.forward(window, state_, model::LogitsMode::Last);
+    tokens_.insert(tokens_.end(), window.begin(), window.end());
+  }
+  tm.prefill_seconds = seconds_since(prefill_start);
+  if (options_.snapshot_prompt) {
+    if (snapshot_)
+      *snapshot_ = state_;
+    else
+      snapshot_.emplace(state_);
+    snapshot_len_ = int64_t(tokens_.size());
+  }
+
+  const auto decode_start = Clock::now();
+  Sampler sampler(params.sampling, model_.config().n_vocab);
+  tokenizer::StreamDecoder detok(tokenizer_);
+  StopMatcher stops(params.stop);
+  std::vector<int32_t> history(prompt.begin(), prompt.end());
+  const auto emit = [&](const std::string& text) {
+    if (text.empty()) return;
+    result.text += text;
+    if (on_piece) on_piece(text);
+  };
+
+  while (int64_t(result.tokens.size()) < params.max_tokens) {
+    const int32_t id = sampler.sample(logits, history);
+    if (is_end(id)) {
+      result.finish = FinishReason::Eos;
+      break;
+    }
+    result.tokens.push_back(id);
+    history.push_back(id);
+    emit(stops.feed(detok.push(uint32_t(id))));
+    if (stops.stopped()) {
+      result.finish = FinishReason::Stop;
+      break;
+    }
+    if (int64_t(result.tokens.size()) == params.max_tokens || state_.n_past >= n_ctx()) break;
+    logits = model_.forward(std::span(&id, 1), state_, model::LogitsMode::Last);
+    tokens_.push_back(id);
+    ++tm.decode_steps;
+  }
+  if (!stops.stopped()) {
+    emit(stops.feed(detok.flush()));
+    if (stops.stopped())
+      result.finish = FinishReason::Stop;
+    else
+      emit(stops.flush());
+  }
+  tm.decode_seconds = seconds_since(decode_start);
+  tm.generated_tokens = int64_t(result.tokens.size());
+  return result;
+}
+
+}  // namespace strata::decode

@@ -1,0 +1,107 @@
+// A generation session: one model state that a sequence of prompts runs against. Each call
+// makes the state hold the prompt, reusing the longest prefix it already holds (a chat turn
+// re-renders the whole conversation, and the earlier turns must not be prefilled again), then
+// samples token by token and streams text through a callback. No terminal or HTTP code here:
+// `strata run` and the server both drive it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "decode/sampler.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::decode {
+
+struct GenerateParams {
+  SamplingParams sampling;
+  int64_t max_tokens = 256;
+  int64_t batch = 512;  // rows per prefill window
+  std::vector<std::string> stop;
+
+  // Throws strata::Error naming the parameter that is out of range.
+  void validate() const;
+};
+
+// What one generate() call cost. The streaming-cache fields stay empty until the expert cache
+// reports them; they print as "-".
+struct Telemetry {
+  int64_t prompt_tokens = 0;  // prefilled by this call
+  int64_t reused_tokens = 0;  // already in the state from an earlier call
+  double prefill_seconds = 0;
+  int64_t generated_tokens = 0;
+  int64_t decode_steps = 0;  // one-token forwards; the first token comes from the prefill
+  double decode_seconds = 0;
+  std::optional<double> cache_hit_rate;  // 0..1
+  std::optional<double> ssd_gb_per_s;
+  std::optional<double> stall_ms_per_token;
+
+  std::optional<double> prefill_tok_per_s() const;
+  std::optional<double> decode_tok_per_s() const;
+};
+
+// "prompt 42 tok, prefill 512.3 tok/s | 64 tok, decode 23.1 tok/s | cache hit - | ssd - GB/s |
+// stall - ms/tok"; ", 120 reused" follows the prompt count when the state was reused.
+std::string format_telemetry(const Telemetry& t);
+
+enum class FinishReason { Eos, Stop, Length };
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // sampled ids, the end-of-generation token excluded
+  std::string text;             // what was streamed: decoded, cut before a stop string
+  FinishReason finish = FinishReason::Length;
+  Telemetry telemetry;
+};
+
+// Receives each piece of text as soon as it is safe to show: whole UTF-8 characters, never part
+// of a stop string.
+using PieceFn = std::function<void(const std::string& piece)>;
+
+struct SessionOptions {
+  int64_t n_ctx = 4096;
+  // Copy the state after each prompt's prefill so the next prompt can roll back to it when it
+  // diverges inside the reply (a chat template re-rendering the assistant turn differently).
+  // Costs one state copy per call; a one-shot run leaves it off.
+  bool snapshot_prompt = false;
+};
+
+class Session {
+ public:
+  // The model and tokenizer must outlive the session.
+  Session(model::Model& model, const tokenizer::Tokenizer& tokenizer,
+          const SessionOptions& options);
+
+  // Runs `prompt` (non-empty) and generates after it. Throws strata::Error for an empty prompt or
+  // one that does not fit the context, and for bad params. Generation also ends when the context
+  // is full (FinishReason::Length).
+  GenerateResult generate(std::span<const int32_t> prompt, const GenerateParams& params,
+                          const PieceFn& on_piece);
+
+  // Forgets everything the state holds.
+  void reset();
+
+  // The tokens whose positions the state holds, in order.
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int64_t n_ctx() const { return state_.n_ctx(); }
+
+ private:
+  // Brings the state to hold prompt[0, n) for the largest n it can reuse, n < prompt.size().
+  int64_t reuse_prefix(std::span<const int32_t> prompt);
+  bool is_end(int32_t id) const;
+
+  model::Model& model_;
+  const tokenizer::Tokenizer& tokenizer_;
+  SessionOptions options_;
+  model::State state_;
+  std::vector<int32_t> tokens_;
+  std::optional<model::State> snapshot_;
+  int64_t snapshot_len_ = 0;
+  std::vector<int32_t> end_ids_;
+};
+
+}  // namespace strata::decode
