@@ -23,20 +23,25 @@ const TensorSpec& find(const std::vector<TensorSpec>& specs, const std::string& 
 TEST(Arch, PleTablesMatchReferenceHashing) {
   ModelConfig c = synth::make_preset("tiny", Arch::Qwen4Exp, false).config;
   c.finalize();
-  EXPECT_EQ(c.ple_multipliers, (std::vector<uint64_t>{4295158889763781ull, 17440218147737327ull, 1270917961434445ull}));
-  EXPECT_EQ(c.ple_head_sizes, (std::vector<uint64_t>{1009, 1013}));
-  EXPECT_EQ(c.ple_head_offsets, (std::vector<uint64_t>{0, 1009}));
-  EXPECT_EQ(c.ple_rows, 2048);
+  ASSERT_EQ(c.ple_tables.size(), 2u);
+  EXPECT_EQ(c.ple_tables[0].multipliers, (std::vector<uint64_t>{4295158889763781ull, 17440218147737327ull, 1270917961434445ull}));
+  EXPECT_EQ(c.ple_tables[0].head_sizes, (std::vector<uint64_t>{1009, 1013}));
+  EXPECT_EQ(c.ple_tables[0].head_offsets, (std::vector<uint64_t>{0, 1009}));
+  EXPECT_EQ(c.ple_tables[0].rows, 2048);
+  // The second PLE layer hashes with ple_layer_index 1: its own multipliers, the next primes.
+  EXPECT_NE(c.ple_tables[1].multipliers, c.ple_tables[0].multipliers);
+  EXPECT_EQ(c.ple_tables[1].head_sizes, (std::vector<uint64_t>{1019, 1021}));
 
   ModelConfig f = synth::make_preset("flagship", Arch::Qwen4Exp, true).config;
   f.finalize();
-  EXPECT_EQ(f.ple_multipliers, (std::vector<uint64_t>{23703573157769ull, 20109073645365ull, 8052911324071ull}));
-  ASSERT_EQ(f.ple_head_sizes.size(), 16u);
-  EXPECT_EQ(f.ple_head_sizes[0], 20000003u);
-  EXPECT_EQ(f.ple_head_sizes[15], 20000171u);
+  ASSERT_EQ(f.ple_tables.size(), 1u);
+  EXPECT_EQ(f.ple_tables[0].multipliers, (std::vector<uint64_t>{23703573157769ull, 20109073645365ull, 8052911324071ull}));
+  ASSERT_EQ(f.ple_tables[0].head_sizes.size(), 16u);
+  EXPECT_EQ(f.ple_tables[0].head_sizes[0], 20000003u);
+  EXPECT_EQ(f.ple_tables[0].head_sizes[15], 20000171u);
   EXPECT_EQ(f.ple_head_dim(), 160);
   // ~51B parameters, as DESIGN.md says.
-  EXPECT_NEAR(double(f.ple_rows) * f.ple_head_dim(), 51.2e9, 0.1e9);
+  EXPECT_NEAR(double(f.ple_tables[0].rows) * f.ple_head_dim(), 51.2e9, 0.1e9);
 }
 
 // Shapes from llama.cpp's qwen3next loader for the 80B-A3B (reference/llamacpp-qwen3next-gguf.md).
@@ -112,8 +117,11 @@ TEST(Arch, SetParsesAndRejects) {
   EXPECT_EQ(c.rope_theta, 5e5);
   c.set("rope_sections", "4,2,2");
   EXPECT_EQ(c.rope_sections[0], 4);
-  c.set("ple_layer", "none");
+  c.set("ple_layers", "1,5");
+  EXPECT_EQ(c.ple_layers, (std::vector<int64_t>{1, 5}));
+  c.set("ple_layers", "none");
   EXPECT_FALSE(c.has_ple());
+  EXPECT_THROW(c.set("ple_layers", "1,x"), Error);
   EXPECT_THROW(c.set("nonsense", "1"), Error);
   EXPECT_THROW(c.set("layers", "many"), Error);
   EXPECT_THROW(parse_arch("llama"), Error);
@@ -121,13 +129,13 @@ TEST(Arch, SetParsesAndRejects) {
 
 TEST(Arch, ValidateNamesTheProblem) {
   ModelConfig c = synth::make_preset("tiny", Arch::Qwen4Exp, false).config;
-  c.ple_layer = 3;  // an attention layer
+  c.ple_layers = {3};  // an attention layer
   c.finalize();
   try {
     c.validate();
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("ple_layer"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("PLE layer 3"), std::string::npos) << e.what();
   }
   ModelConfig n = synth::make_preset("tiny", Arch::Qwen3Next, false).config;
   n.n_mtp = 1;

@@ -117,7 +117,7 @@ TEST_P(Fixture, MatchesReferenceLogitsAndGreedy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Reference, Fixture,
-                         ::testing::Values("qwen3_moe", "qwen3_next", "qwen3_5_moe"));
+                         ::testing::Values("qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen4_exp"));
 
 }  // namespace
 }  // namespace strata::model

@@ -132,7 +132,8 @@ TEST_P(ModelWindows, SnapshotRollsBackExactly) {
 INSTANTIATE_TEST_SUITE_P(Archs, ModelWindows,
                          ::testing::Values(Case{"qwen3moe", "q4_k"}, Case{"qwen3next", "q4_k"},
                                            Case{"qwen35moe", "q4_k"}, Case{"qwen3moe", "iq2_xs"},
-                                           Case{"qwen3next", "iq2_xs"}, Case{"qwen35moe", "f32"}),
+                                           Case{"qwen3next", "iq2_xs"}, Case{"qwen35moe", "f32"},
+                                           Case{"qwen4exp", "q4_k"}),
                          [](const auto& info) {
                            return info.param.arch + "_" + info.param.expert_type;
                          });
@@ -157,14 +158,6 @@ TEST(ModelErrors, BadInputIsAClearError) {
             std::string::npos);
   EXPECT_EQ(st.n_past, 0);
   EXPECT_NE(error_of([&] { m->new_state(1 << 30); }).find("context_length"), std::string::npos);
-}
-
-TEST(ModelErrors, UnsupportedArchitecture) {
-  TempDir dir;
-  backend::CpuBackend be(1);
-  const std::string path = synth_tiny(dir, "qwen4exp", "q4_k");
-  EXPECT_NE(error_of([&] { Model::load(path, be); }).find("cannot run qwen4exp models yet"),
-            std::string::npos);
 }
 
 TEST(ModelErrors, ForeignArchitecture) {

@@ -47,7 +47,12 @@ TEST_P(SynthArch, TinyRoundTrips) {
   EXPECT_EQ(c.n_layer, r.plan.config.n_layer);
   EXPECT_EQ(c.n_mtp, r.plan.config.n_mtp);
   EXPECT_EQ(c.n_expert, r.plan.config.n_expert);
-  EXPECT_EQ(c.ple_rows, r.plan.config.ple_rows);
+  EXPECT_EQ(c.ple_layers, r.plan.config.ple_layers);
+  ASSERT_EQ(c.ple_tables.size(), r.plan.config.ple_tables.size());
+  for (size_t k = 0; k < c.ple_tables.size(); ++k) {
+    EXPECT_EQ(c.ple_tables[k].rows, r.plan.config.ple_tables[k].rows);
+    EXPECT_EQ(c.ple_tables[k].multipliers, r.plan.config.ple_tables[k].multipliers);
+  }
   model::validate_tensors(*reader, c);
   ASSERT_EQ(reader->tensors().size(), r.plan.specs.size());
 

@@ -134,11 +134,8 @@ void read_qwen4exp(const Keys& t, const Keys& top, HfConfig& h) {
   c.idx_top_k = t.i64("indexer_budget");
   c.idx_block = t.i64("indexer_compress_ratio");
   if (t.i64("indexer_kv_heads", 1) != 1) fail(t.where(), ": indexer_kv_heads must be 1 (one shared index key head)");
-  const std::vector<int64_t> ple = t.ints("ple_layer_ids");
-  if (ple.size() > 1)
-    fail(t.where(), ": ple_layer_ids lists ", ple.size(), " PLE layers; the qwen4exp GGUF (strata and "
-         "llama.cpp) holds exactly one n-gram table");
-  c.ple_layer = ple.empty() ? -1 : ple[0] - 1;
+  // ple_layer_ids are 1-based; each listed layer gets its own n-gram table.
+  for (int64_t id : t.ints("ple_layer_ids")) c.ple_layers.push_back(id - 1);
   c.ple_ngram = t.i64("ngram_size", 3);
   c.ple_heads_per_ngram = t.i64("heads_per_ngram", 8);
   c.ple_embed_dim = t.i64("ple_embed_dim", 0);

@@ -147,13 +147,13 @@ int64_t TensorMapper::mtp_layers_in(const Checkpoint& ckpt) {
   return n;
 }
 
-// The int64 hash constants of the PLE layer must be the ones ModelConfig::finalize derives (the
+// The int64 hash constants of a PLE layer must be the ones ModelConfig::finalize derives (the
 // GGUF carries those); a checkpoint made with another seed or table size would hash differently.
-void TensorMapper::check_ple_buffers(const std::string& prefix) {
+void TensorMapper::check_ple_buffers(const std::string& prefix, const model::ModelConfig::PleTable& table) {
   const std::pair<const char*, const std::vector<uint64_t>*> bufs[] = {
-      {"layer_multipliers", &c_.ple_multipliers},
-      {"ngram_heads_offsets", &c_.ple_head_offsets},
-      {"ngram_heads_vocab_sizes", &c_.ple_head_sizes},
+      {"layer_multipliers", &table.multipliers},
+      {"ngram_heads_offsets", &table.head_offsets},
+      {"ngram_heads_vocab_sizes", &table.head_sizes},
   };
   for (const auto& [suffix, want] : bufs) {
     const std::string name = prefix + suffix;
@@ -171,6 +171,12 @@ void TensorMapper::check_ple_buffers(const std::string& prefix) {
     }
     used_.insert(name);
   }
+}
+
+int64_t TensorMapper::ple_table_index(const std::string& name) const {
+  for (size_t k = 0; k < c_.ple_tables.size(); ++k)
+    if (name == c_.ple_table_name(int64_t(k))) return int64_t(k);
+  return -1;
 }
 
 TensorPlan TensorMapper::plan(const model::TensorSpec& spec) {
@@ -195,12 +201,13 @@ TensorPlan TensorMapper::plan(const model::TensorSpec& spec) {
     else if (name == "output_hc_norm.weight") b.copy("model.hyper_connection_mixer.hc_norm.weight", {hc}, Transform::PlusOne);
     else if (name == "output_hc_down.weight") b.copy("model.hyper_connection_mixer.input_mix_weight_down.weight", {r, hc});
     else if (name == "output_hc_up.weight") b.copy("model.hyper_connection_mixer.input_mix_weight_up.weight", {hc, r});
-    else if (name == "per_layer_token_embd.weight") {
-      const std::string base = cat("model.layers.", c.ple_layer, ".ple.ple_embedding.");
-      check_ple_buffers(base);
+    else if (const int64_t k = ple_table_index(name); k >= 0) {
+      const model::ModelConfig::PleTable& table = c.ple_tables[size_t(k)];
+      const std::string base = cat("model.layers.", c.ple_layers[size_t(k)], ".ple.ple_embedding.");
+      check_ple_buffers(base, table);
       const int64_t dim = c.ple_head_dim();
       if (b.has(base + "ngram_embedding.weight")) {
-        b.copy(base + "ngram_embedding.weight", {c.ple_rows, dim});
+        b.copy(base + "ngram_embedding.weight", {table.rows, dim});
       } else {
         // Checkpoint row shards (split_ngram_parts), concatenated in index order.
         int64_t row = 0;
@@ -211,9 +218,9 @@ TensorPlan TensorMapper::plan(const model::TensorSpec& spec) {
           b.piece(s, 0, rows, 0, dim, row, 0);
           row += rows;
         }
-        if (row != c.ple_rows)
+        if (row != table.rows)
           fail(name, ": the n-gram table shards (", base, "ngram_embedding.shard_N.weight) hold ", row,
-               " rows; the config gives ", c.ple_rows);
+               " rows; the config gives ", table.rows);
       }
     } else {
       fail("internal error: no HF mapping for ", name);

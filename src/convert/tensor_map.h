@@ -71,7 +71,9 @@ class TensorMapper {
  private:
   class Builder;
   void set_aside(const std::string& name, const std::string& why);
-  void check_ple_buffers(const std::string& prefix);
+  void check_ple_buffers(const std::string& prefix, const model::ModelConfig::PleTable& table);
+  // Index k of the PLE layer whose n-gram table is GGUF tensor `name`, or -1.
+  int64_t ple_table_index(const std::string& name) const;
 
   const model::ModelConfig& c_;
   MapOptions opt_;

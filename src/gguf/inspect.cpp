@@ -95,7 +95,7 @@ const char* tensor_group_name(TensorGroup g) {
 TensorGroup tensor_group(std::string_view arch, std::string_view name) {
   if (name.find("_exps") != std::string_view::npos) return TensorGroup::Expert;
   if (name.find("ngram") != std::string_view::npos ||
-      (arch == "qwen4exp" && name.starts_with("per_layer_token_embd.")))
+      (arch == "qwen4exp" && name.find("per_layer_token_embd.") != std::string_view::npos))
     return TensorGroup::Ngram;
   return TensorGroup::Trunk;
 }

@@ -20,7 +20,8 @@ const char* tensor_group_name(TensorGroup g);  // "trunk", "experts", "ngram"
 
 // Routed experts follow llama.cpp's naming, "_exps" in the name (blk.N.ffn_gate_exps.weight; our
 // qwen4exp flagship and its MTP block use the same names). The n-gram table is any tensor named
-// "*ngram*", and qwen4exp's PLE table per_layer_token_embd.weight. Everything else is trunk.
+// "*ngram*", and qwen4exp's PLE tables per_layer_token_embd.weight (the first PLE layer's) and
+// blk.N.per_layer_token_embd.weight (further ones). Everything else is trunk.
 TensorGroup tensor_group(std::string_view arch, std::string_view tensor_name);
 
 // The report as JSON (ordered keys): file, version, alignment, file_size, data_offset,

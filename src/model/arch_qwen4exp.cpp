@@ -53,7 +53,7 @@ void delta_net(SpecList& l, const ModelConfig& c) {
   l.blk("ssm_out.weight", {c.ssm_value_dim(), n}, Role::Trunk, TypeClass::Trunk, Init::Matrix);
 }
 
-// PLE: hashed n-gram embeddings (rows of the global per_layer_token_embd table) projected to a
+// PLE: hashed n-gram embeddings (rows of the layer's own n-gram table) projected to a
 // value and one key per stream; the keys gate the value into each stream, then a dilated causal
 // depthwise conv adds local context. Its output is added to the streams before the block.
 void ple(SpecList& l, const ModelConfig& c) {
@@ -93,7 +93,7 @@ std::vector<TensorSpec> qwen4exp_tensors(const ModelConfig& c) {
   l.add("output.weight", {n, c.n_vocab}, Role::Output, TypeClass::Trunk, Init::Matrix, false);
   for (int il = 0; il < c.n_blocks(); ++il) {
     l.at_layer(il);
-    if (il == c.ple_layer) ple(l, c);
+    if (c.ple_index(il) >= 0) ple(l, c);
     mixer(l, c, "hc_attn");
     if (c.is_linear(il)) {
       delta_net(l, c);
@@ -114,12 +114,12 @@ std::vector<TensorSpec> qwen4exp_tensors(const ModelConfig& c) {
       l.blk("nextn.hc_head_up.weight", {r, hc}, Role::Trunk, TypeClass::Trunk, Init::Matrix);
     }
   }
-  if (c.has_ple()) {
-    // ngram_embedding.weight [rows, head_dim]: every head's rows back to back (head_offsets).
-    l.at_layer(-1);
-    l.add("per_layer_token_embd.weight", {c.ple_head_dim(), c.ple_rows}, Role::NgramTable,
+  // Each PLE layer's ngram_embedding.weight [rows, head_dim]: every head's rows back to back
+  // (head_offsets).
+  l.at_layer(-1);
+  for (size_t k = 0; k < c.ple_tables.size(); ++k)
+    l.add(c.ple_table_name(int64_t(k)), {c.ple_head_dim(), c.ple_tables[k].rows}, Role::NgramTable,
           TypeClass::Ngram, Init::Matrix);
-  }
   return l.take();
 }
 

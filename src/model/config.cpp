@@ -59,7 +59,6 @@ const Field kFields[] = {
     {"indexer_top_k", &ModelConfig::idx_top_k, "attention.indexer.top_k", kQ4, true},
     // strata's key: llama.cpp hard-wires the 4-token block; the reference makes it a config field.
     {"indexer_block", &ModelConfig::idx_block, "attention.indexer.compress_ratio", kQ4, false},
-    {"ple_layer", &ModelConfig::ple_layer, nullptr, kQ4, false},
     {"ngram_size", &ModelConfig::ple_ngram, nullptr, kQ4, false},
     {"heads_per_ngram", &ModelConfig::ple_heads_per_ngram, nullptr, kQ4, false},
     {"ple_embed_dim", &ModelConfig::ple_embed_dim, nullptr, kQ4, false},
@@ -183,31 +182,42 @@ bool ModelConfig::is_linear(int64_t il) const {
   return has_gdn(arch) && il < n_layer && (il + 1) % full_attn_interval != 0;
 }
 
+int64_t ModelConfig::ple_index(int64_t il) const {
+  for (size_t k = 0; k < ple_layers.size(); ++k)
+    if (ple_layers[k] == il) return int64_t(k);
+  return -1;
+}
+
+std::string ModelConfig::ple_table_name(int64_t k) const {
+  return k == 0 ? "per_layer_token_embd.weight"
+                : "blk." + std::to_string(ple_layers[size_t(k)]) + ".per_layer_token_embd.weight";
+}
+
 void ModelConfig::finalize() {
-  ple_multipliers.clear();
-  ple_head_offsets.clear();
-  ple_head_sizes.clear();
-  ple_rows = 0;
+  ple_tables.clear();
   if (ple_embed_dim == 0) ple_embed_dim = n_embd;
   if (arch != Arch::Qwen4Exp || !has_ple() || ple_ngram < 2 || ple_heads_per_ngram < 1 ||
       ngram_vocab_base < 2 || ngram_vocab_divisor < 1 || n_vocab < 1)
     return;
-  // Index of this PLE module among the model's PLE layers; strata (like llama.cpp) has one.
-  const uint64_t ple_index = 0;
   const uint64_t half = std::max<uint64_t>(1, (uint64_t(INT64_MAX) / uint64_t(n_vocab)) / 2);
-  const uint64_t base_seed = uint64_t(ple_seed) + 10007 * ple_index;
-  for (int64_t i = 0; i < ple_ngram; ++i)
-    ple_multipliers.push_back(2 * (splitmix64(base_seed + kGamma * uint64_t(i + 1)) % half) + 1);
-  uint64_t total = 0;
-  for (int64_t h = 0; h < ple_heads(); ++h) {
-    const uint64_t size =
-        nth_prime_after(uint64_t(ngram_vocab_base) - 1, int64_t(ple_index) * ple_heads() + h + 1);
-    ple_head_offsets.push_back(total);
-    ple_head_sizes.push_back(size);
-    total += size;
+  for (size_t k = 0; k < ple_layers.size(); ++k) {
+    // _build_layer_multipliers(vocab, ngram, ple_layer_index, seed) and the head sizes: primes
+    // numbered on from the previous PLE layers' heads, so no two tables share a size.
+    PleTable t;
+    const uint64_t base_seed = uint64_t(ple_seed) + 10007 * uint64_t(k);
+    for (int64_t i = 0; i < ple_ngram; ++i)
+      t.multipliers.push_back(2 * (splitmix64(base_seed + kGamma * uint64_t(i + 1)) % half) + 1);
+    uint64_t total = 0;
+    for (int64_t h = 0; h < ple_heads(); ++h) {
+      const uint64_t size = nth_prime_after(uint64_t(ngram_vocab_base) - 1, int64_t(k) * ple_heads() + h + 1);
+      t.head_offsets.push_back(total);
+      t.head_sizes.push_back(size);
+      total += size;
+    }
+    const uint64_t div = uint64_t(ngram_vocab_divisor);
+    t.rows = int64_t((total + div - 1) / div * div);
+    ple_tables.push_back(std::move(t));
   }
-  const uint64_t div = uint64_t(ngram_vocab_divisor);
-  ple_rows = int64_t((total + div - 1) / div * div);
 }
 
 void ModelConfig::validate() const {
@@ -251,13 +261,21 @@ void ModelConfig::validate() const {
   need(idx_top_k % idx_block == 0, "indexer_top_k (", idx_top_k, ") must be a multiple of indexer_block (", idx_block, ")");
   need(rope_dim <= idx_head_dim, "rope_dim (", rope_dim, ") must fit the indexer head (", idx_head_dim, ")");
   if (!has_ple()) return;
-  need(ple_layer < n_layer && is_linear(ple_layer), "ple_layer (", ple_layer, ") must be a linear-attention trunk layer");
+  for (size_t k = 0; k < ple_layers.size(); ++k) {
+    const int64_t il = ple_layers[k];
+    need(il < n_layer && is_linear(il), "PLE layer ", il, " must be a linear-attention trunk layer");
+    need(ple_index(il) == int64_t(k), "PLE layer ", il, " is listed twice");
+  }
   need(ple_ngram >= 2 && ple_heads_per_ngram > 0, "ngram_size must be >= 2 and heads_per_ngram > 0");
   need(ple_embed_dim > 0 && ple_embed_dim % ple_heads() == 0, "ple_embed_dim (", ple_embed_dim, ") must be a multiple of the n-gram head count (", ple_heads(), ")");
   need(ple_conv > 0, "ple_conv must be > 0");
   need(ple_eos >= 0 && ple_eos < n_vocab, "ple_eos (", ple_eos, ") must be a token id below vocab_size (", n_vocab, ")");
-  need(ple_rows > 0 && int64_t(ple_head_sizes.size()) == ple_heads(), "PLE tables are not derived (ngram_vocab_base, ngram_vocab_divisor must be > 1 and >= 1)");
-  need(ple_rows <= INT32_MAX, "the n-gram table (", ple_rows, " rows) must fit an int32 row index");
+  need(ple_tables.size() == ple_layers.size(), "PLE tables are not derived (ngram_vocab_base, ngram_vocab_divisor must be > 1 and >= 1)");
+  for (const PleTable& t : ple_tables) {
+    need(t.rows > 0 && int64_t(t.head_sizes.size()) == ple_heads() && int64_t(t.multipliers.size()) == ple_ngram,
+         "PLE tables must have one multiplier per n-gram position and one size per head");
+    need(t.rows <= INT32_MAX, "an n-gram table (", t.rows, " rows) must fit an int32 row index");
+  }
 }
 
 void ModelConfig::set(std::string_view name, std::string_view value) {
@@ -275,13 +293,25 @@ void ModelConfig::set(std::string_view name, std::string_view value) {
     rope_sections = s;
     return;
   }
+  if (name == "ple_layers") {
+    std::vector<int64_t> layers;
+    for (size_t start = 0; value != "none" && start <= value.size();) {
+      size_t end = value.find(',', start);
+      if (end == std::string_view::npos) end = value.size();
+      int64_t il;
+      if (!parse_int(value.substr(start, end - start), il))
+        fail("--set ple_layers: expected 'none' or comma-separated layer indices, got '", value, "'");
+      layers.push_back(il);
+      start = end + 1;
+    }
+    ple_layers = std::move(layers);
+    return;
+  }
   for (const Field& f : kFields) {
     if (name != f.name) continue;
     if (auto m = std::get_if<int64_t ModelConfig::*>(&f.member)) {
       int64_t v;
-      if (name == "ple_layer" && value == "none") {
-        v = -1;
-      } else if (!parse_int(value, v)) {
+      if (!parse_int(value, v)) {
         fail("--set ", name, ": expected an integer, got '", value, "'");
       }
       this->*(*m) = v;
@@ -303,6 +333,7 @@ std::vector<std::string> ModelConfig::settable_names() {
   std::vector<std::string> out;
   for (const Field& f : kFields) out.push_back(f.name);
   out.push_back("rope_sections");
+  out.push_back("ple_layers");
   return out;
 }
 
@@ -320,13 +351,22 @@ void ModelConfig::write(gguf::Writer& w) const {
     if (n_mtp > 0) w.set(key(arch, "nextn_predict_layers"), gguf::Value::u32(uint32_t(n_mtp)));
   }
   if (arch == Arch::Qwen4Exp && has_ple()) {
-    w.set(key(arch, "ple.layers"),
-          gguf::Value::array(gguf::ValueType::U32, {gguf::Value::u32(uint32_t(ple_layer))}));
+    // The per-layer arrays are concatenated in ple.layers order (one layer: llama.cpp's form).
+    std::vector<gguf::Value> layers;
+    std::vector<uint64_t> mult, offsets, sizes;
+    for (size_t k = 0; k < ple_layers.size(); ++k) {
+      layers.push_back(gguf::Value::u32(uint32_t(ple_layers[k])));
+      const PleTable& t = ple_tables.at(k);
+      mult.insert(mult.end(), t.multipliers.begin(), t.multipliers.end());
+      offsets.insert(offsets.end(), t.head_offsets.begin(), t.head_offsets.end());
+      sizes.insert(sizes.end(), t.head_sizes.begin(), t.head_sizes.end());
+    }
+    w.set(key(arch, "ple.layers"), gguf::Value::array(gguf::ValueType::U32, std::move(layers)));
     for (const Field& f : kPleFields) write_field(*this, f, w);
     w.set(key(arch, "embedding_length_per_layer_input"), gguf::Value::u32(uint32_t(ple_head_dim())));
-    w.set(key(arch, "ple.layer_multipliers"), u64s(ple_multipliers));
-    w.set(key(arch, "ple.head_offsets"), u64s(ple_head_offsets));
-    w.set(key(arch, "ple.head_vocab_sizes"), u64s(ple_head_sizes));
+    w.set(key(arch, "ple.layer_multipliers"), u64s(mult));
+    w.set(key(arch, "ple.head_offsets"), u64s(offsets));
+    w.set(key(arch, "ple.head_vocab_sizes"), u64s(sizes));
   }
 }
 
@@ -347,15 +387,24 @@ ModelConfig ModelConfig::read(const gguf::Reader& r) {
     for (size_t i = 0; i < items.size() && i < 4; ++i) c.rope_sections[i] = items[i].as_i64();
   }
   if (c.arch == Arch::Qwen4Exp && r.find(key(c.arch, "ple.layers"))) {
-    const auto layers = read_u64s(r, key(c.arch, "ple.layers"));
-    if (layers.size() != 1) fail(r.path(), ": ", key(c.arch, "ple.layers"), " must list exactly one layer");
-    c.ple_layer = int64_t(layers[0]);
+    for (uint64_t il : read_u64s(r, key(c.arch, "ple.layers"))) c.ple_layers.push_back(int64_t(il));
     for (const Field& f : kPleFields) read_field(c, f, r);
     c.ple_embed_dim = int64_t(r.get_u64(key(c.arch, "embedding_length_per_layer_input"))) * c.ple_heads();
-    c.ple_multipliers = read_u64s(r, key(c.arch, "ple.layer_multipliers"));
-    c.ple_head_offsets = read_u64s(r, key(c.arch, "ple.head_offsets"));
-    c.ple_head_sizes = read_u64s(r, key(c.arch, "ple.head_vocab_sizes"));
-    c.ple_rows = r.tensor("per_layer_token_embd.weight").shape.at(1);
+    const auto mult = read_u64s(r, key(c.arch, "ple.layer_multipliers"));
+    const auto offsets = read_u64s(r, key(c.arch, "ple.head_offsets"));
+    const auto sizes = read_u64s(r, key(c.arch, "ple.head_vocab_sizes"));
+    const size_t n = c.ple_layers.size(), g = size_t(c.ple_ngram), h = size_t(std::max<int64_t>(c.ple_heads(), 0));
+    if (mult.size() != n * g || offsets.size() != n * h || sizes.size() != n * h)
+      fail(r.path(), ": the PLE arrays must hold ", g, " multipliers and ", h, " head offsets and sizes per PLE layer (",
+           n, " layers)");
+    for (size_t k = 0; k < n; ++k) {
+      PleTable t;
+      t.multipliers.assign(mult.begin() + k * g, mult.begin() + (k + 1) * g);
+      t.head_offsets.assign(offsets.begin() + k * h, offsets.begin() + (k + 1) * h);
+      t.head_sizes.assign(sizes.begin() + k * h, sizes.begin() + (k + 1) * h);
+      t.rows = r.tensor(c.ple_table_name(int64_t(k))).shape.at(1);
+      c.ple_tables.push_back(std::move(t));
+    }
   }
   return c;
 }

@@ -67,9 +67,11 @@ struct ModelConfig {
   int64_t idx_head_dim = 0;
   int64_t idx_top_k = 0;  // token budget
   int64_t idx_block = 0;  // tokens mean-pooled into one scored block
-  // qwen4exp: PLE (0-based layer; -1 = none). ngram_vocab_base, ngram_vocab_divisor and ple_seed
-  // only feed finalize(), which derives the per-head tables below the way the reference does.
-  int64_t ple_layer = -1;
+  // qwen4exp: PLE. Each PLE layer (0-based, in the checkpoint's ple_layer_ids order; empty = none)
+  // has its own n-gram table and hash, derived by finalize() from its position k in this list (the
+  // reference's ple_layer_index) the way the reference does; ngram_vocab_base, ngram_vocab_divisor and ple_seed
+  // only feed that derivation.
+  std::vector<int64_t> ple_layers;
   int64_t ple_ngram = 0;
   int64_t ple_heads_per_ngram = 0;
   int64_t ple_embed_dim = 0;  // 0: hidden, the reference's default
@@ -79,10 +81,13 @@ struct ModelConfig {
   int64_t ple_seed = 0;
   int64_t ple_eos = 0;
   int64_t image_token = 0;
-  std::vector<uint64_t> ple_multipliers;   // one per n-gram position
-  std::vector<uint64_t> ple_head_offsets;  // first table row of each head
-  std::vector<uint64_t> ple_head_sizes;    // rows of each head (distinct primes)
-  int64_t ple_rows = 0;                    // table rows, padded to ngram_vocab_divisor
+  struct PleTable {
+    std::vector<uint64_t> multipliers;   // one per n-gram position
+    std::vector<uint64_t> head_offsets;  // first table row of each head
+    std::vector<uint64_t> head_sizes;    // rows of each head (distinct primes across all tables)
+    int64_t rows = 0;                    // table rows, padded to ngram_vocab_divisor
+  };
+  std::vector<PleTable> ple_tables;  // one per ple_layers entry
 
   int64_t n_mtp = 0;  // MTP / NextN blocks after the trunk
 
@@ -90,7 +95,12 @@ struct ModelConfig {
   int64_t n_blocks() const { return n_layer + n_mtp; }
   bool is_linear(int64_t il) const;  // a GDN layer (never an MTP block)
   bool is_mtp(int64_t il) const { return il >= n_layer; }
-  bool has_ple() const { return ple_layer >= 0; }
+  bool has_ple() const { return arch == Arch::Qwen4Exp && !ple_layers.empty(); }
+  // Index of layer il among the PLE layers, or -1.
+  int64_t ple_index(int64_t il) const;
+  // GGUF name of PLE layer k's n-gram table: the first keeps llama.cpp's global name, further
+  // ones (which llama.cpp does not support) are per block.
+  std::string ple_table_name(int64_t k) const;
   int64_t ple_heads() const { return (ple_ngram - 1) * ple_heads_per_ngram; }
   int64_t ple_head_dim() const { return ple_embed_dim / ple_heads(); }
   int64_t hc_dim() const { return hc_count * n_embd; }
@@ -98,7 +108,7 @@ struct ModelConfig {
   int64_t ssm_value_dim() const { return ssm_state * ssm_v_heads; }
   int64_t ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
 
-  // Resolves ple_embed_dim 0 and recomputes the derived PLE tables (no-op without PLE).
+  // Resolves ple_embed_dim 0 and recomputes the derived PLE tables (none without PLE).
   void finalize();
   // Throws strata::Error naming the first hparam that is out of range for this architecture.
   void validate() const;

@@ -22,18 +22,13 @@ void Window::dump(const char* name, int64_t il, const Tensor& t) {
 }
 
 LayerFn layer_function(Arch arch) {
-  struct Entry {
-    Arch arch;
-    LayerFn layer;
-  };
-  static constexpr Entry kTable[] = {
-      {Arch::Qwen3Moe, qwen3moe_layer},
-      {Arch::Qwen3Next, qwen3next_layer},
-      {Arch::Qwen35Moe, qwen3next_layer},
-  };
-  for (const Entry& e : kTable)
-    if (e.arch == arch) return e.layer;
-  return nullptr;
+  switch (arch) {
+    case Arch::Qwen3Moe: return qwen3moe_layer;
+    case Arch::Qwen3Next:
+    case Arch::Qwen35Moe: return qwen3next_layer;
+    case Arch::Qwen4Exp: return qwen4exp_layer;
+  }
+  fail("internal error: no layer function for architecture ", int(arch));
 }
 
 Tensor norm(Window& w, const Tensor& x, const backend::Weight& g) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,7 @@ struct Window {
   experts::ExpertSource& experts;
   State& state;
   std::vector<int32_t> pos;  // the rows' positions: n_past, n_past + 1, ...
+  std::span<const int32_t> tokens;  // the rows' token ids (PLE hashes them)
   int64_t T;
   bool renormalize_topk;  // router: renormalise the top-k weights to sum 1
   const DumpFn& dump_fn;
@@ -53,12 +55,20 @@ struct Window {
 using LayerFn = void (*)(Window& w, int64_t il, Tensor x);
 void qwen3moe_layer(Window& w, int64_t il, Tensor x);   // qwen3moe.cpp
 void qwen3next_layer(Window& w, int64_t il, Tensor x);  // qwen3next.cpp: qwen3next and qwen35moe
+// qwen4exp.cpp: x is the hc_count residual streams, [T, hc_dim].
+void qwen4exp_layer(Window& w, int64_t il, Tensor x);
+// qwen4exp's final hyper-connection mixer: the four streams [rows, hc_dim] -> [rows, n_embd] for
+// the LM head (it stands in for the output norm).
+Tensor qwen4exp_output(Window& w, const Tensor& x);
 
-// The layer function of an architecture, or null when strata cannot run it yet.
+// The layer function of an architecture.
 LayerFn layer_function(Arch arch);
 
 // RMSNorm over the hidden size with gain g (F32 [n_embd]).
 Tensor norm(Window& w, const Tensor& x, const backend::Weight& g);
+
+// Qwen3NextGatedDeltaNet (qwen3next.cpp; qwen4exp uses it too): x [T, n_embd] -> [T, n_embd].
+Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x);
 
 // SparseMoeBlock: softmax router, top-k experts from the ExpertSource, plus the shared expert
 // scaled by sigmoid(shared_expert_gate(x)) when the layer has one.

@@ -3,6 +3,7 @@
 #include "gguf/gguf.h"
 #include "model/arch.h"
 #include "model/forward_common.h"
+#include "model/qwen4exp.h"
 #include "util/error.h"
 
 namespace strata::model {
@@ -17,9 +18,6 @@ std::unique_ptr<Model> Model::load(const std::string& path, backend::Backend& ba
   const gguf::Reader& r = *m->reader_;
   m->config_ = ModelConfig::read(r);
   const ModelConfig& c = m->config_;
-  if (!layer_function(c.arch))
-    fail(path, ": strata cannot run ", arch_name(c.arch),
-         " models yet (it runs qwen3moe, qwen3next, qwen35moe)");
   validate_tensors(r, c);
   m->weights_ = load_weights(r, c, backend);
   m->experts_ = experts::make_mapped_source(r, c, backend);
@@ -43,23 +41,31 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   if (int64_t(state.layers.size()) != c.n_layer)
     fail("forward: the state belongs to another model");
 
-  Window w{backend_, c, weights_,          *experts_, state,
-           {},       T, renormalize_topk_, dump_,     Scratch(backend_)};
+  Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
   for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
   Scratch keep(backend_);
-  Tensor x = keep(T, c.n_embd);
-  backend_.get_rows(weights_.token_embd, tokens, x);  // embed_tokens(input_ids)
-  w.dump("embd", -1, x);
+  // qwen4exp: the residual is hc_count streams, each starting as the embedding
+  // (hidden_states.repeat(1, 1, hc_count)).
+  const bool hc = c.arch == Arch::Qwen4Exp;
+  Tensor x = keep(T, hc ? c.hc_dim() : c.n_embd);
+  backend_.get_rows(weights_.token_embd, tokens, x.cols_view(0, c.n_embd));  // embed_tokens(input_ids)
+  w.dump("embd", -1, x.cols_view(0, c.n_embd));
+  for (int64_t s = 1; hc && s < c.hc_count; ++s) backend_.copy(x.cols_view(0, c.n_embd), x.cols_view(s * c.n_embd, c.n_embd));
   const LayerFn layer = layer_function(c.arch);
   for (int64_t il = 0; il < c.n_layer; ++il) {
     layer(w, il, x);
     w.dump("layer_out", il, x);
     w.tmp.clear();
   }
+  if (c.has_ple()) ple_advance_history(state.ple_history, tokens);
   const Tensor rows = mode == LogitsMode::All ? x : x.rows_view(T - 1, 1);
-  Tensor h = keep(rows.rows, c.n_embd);
-  backend_.rms_norm(rows, &weights_.output_norm, c.n_embd, float(c.rms_eps),
-                    h);  // norm(hidden_states)
+  Tensor h;
+  if (hc) {
+    h = qwen4exp_output(w, rows);  // hyper_connection_mixer(hidden_states)
+  } else {
+    h = keep(rows.rows, c.n_embd);
+    backend_.rms_norm(rows, &weights_.output_norm, c.n_embd, float(c.rms_eps), h);  // norm(hidden_states)
+  }
   w.dump("final_norm", -1, h);
   Tensor logits = keep(rows.rows, c.n_vocab);
   backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)

@@ -34,7 +34,7 @@ class Model {
  public:
   // Maps and validates the file (architecture, hyperparameters, every tensor against the
   // architecture's list) and prepares its weights. Throws strata::Error naming the file and
-  // the problem, including an architecture strata cannot run yet.
+  // the problem.
   static std::unique_ptr<Model> load(const std::string& path, backend::Backend& backend);
   ~Model();
 

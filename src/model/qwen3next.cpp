@@ -6,6 +6,8 @@
 // - value heads: qwen3next keeps HF's order (v head j of k head g at g*r + j, so q/k heads are
 //   repeated interleaved), llama.cpp's qwen35moe converter tiles them (slot j*Gk + g, so q/k
 //   heads are repeated as a whole block r times).
+// qwen4exp (qwen4exp.cpp) reuses the DeltaNet: qwen35moe's layout, and its output gate is
+// sigmoid (output_gate_type) instead of silu.
 // RMSNorm gains are stored as 1 + w (the reference's (1 + w)), ssm_norm as w, ssm_a = -exp(A_log).
 #include <cmath>
 
@@ -48,7 +50,7 @@ Tensor gated_attention(Window& w, int64_t il, const Tensor& x) {
 
 // b and a, [T, Gv] each, in the value-head order of the file.
 void beta_alpha_projection(Window& w, const LayerWeights& L, const Tensor& x, Tensor b, Tensor a) {
-  if (w.c.arch == Arch::Qwen35Moe) {
+  if (w.c.arch != Arch::Qwen3Next) {
     w.be.matmul(L.ssm_beta, x, b);   // in_proj_b(hidden_states)
     w.be.matmul(L.ssm_alpha, x, a);  // in_proj_a(hidden_states)
     return;
@@ -85,7 +87,7 @@ Tensor repeat_to_value_heads(Window& w, const Tensor& x) {
   if (r == 1) return x;
   Tensor y = w.tmp(w.T, r * gk * s);
   for (int64_t j = 0; j < r; ++j) {
-    if (w.c.arch == Arch::Qwen35Moe) {
+    if (w.c.arch != Arch::Qwen3Next) {
       w.be.copy(x, y.cols_view(j * gk * s, gk * s));  // tiled: slot j*Gk + g reads k head g
       continue;
     }
@@ -94,6 +96,8 @@ Tensor repeat_to_value_heads(Window& w, const Tensor& x) {
   }
   return y;
 }
+
+}  // namespace
 
 // Qwen3NextGatedDeltaNet.forward
 Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
@@ -129,13 +133,14 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
                       st.ssm, gv, core);
   w.dump("gdn_core", il, core);
   be.rms_norm(core, &L.ssm_norm, s, float(c.rms_eps), core);  // self.norm(core_attn_out, z) ...
-  be.swiglu(z, core, core);                                   // ... * silu(z)
+  if (c.arch == Arch::Qwen4Exp)
+    be.mul_sigmoid(core, z, core);  // ... * sigmoid(z)
+  else
+    be.swiglu(z, core, core);  // ... * silu(z)
   Tensor out = w.tmp(w.T, c.n_embd);
   be.matmul(L.ssm_out, core, out);  // out_proj(core_attn_out)
   return out;
 }
-
-}  // namespace
 
 // Qwen3NextDecoderLayer.forward
 void qwen3next_layer(Window& w, int64_t il, Tensor x) {

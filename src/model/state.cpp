@@ -1,5 +1,7 @@
 #include "model/state.h"
 
+#include <algorithm>
+
 #include "util/error.h"
 
 namespace strata::model {
@@ -12,10 +14,12 @@ bool has(const Tensor& t) { return t.data != nullptr; }
 // used rows; conv and recurrent states are copied whole.
 void State::copy_state(const LayerState& src, LayerState& dst, int64_t n_past, bool allocate) {
   for (auto [s, d] : {std::pair{&src.k_cache, &dst.k_cache}, std::pair{&src.v_cache, &dst.v_cache},
-                      std::pair{&src.conv, &dst.conv}, std::pair{&src.ssm, &dst.ssm}}) {
+                      std::pair{&src.conv, &dst.conv}, std::pair{&src.ssm, &dst.ssm},
+                      std::pair{&src.ple_conv, &dst.ple_conv}, std::pair{&src.idx_k, &dst.idx_k},
+                      std::pair{&src.idx_blocks, &dst.idx_blocks}}) {
     if (!has(*s)) continue;
     if (allocate) *d = backend_->alloc(s->rows, s->cols);
-    const bool kv = s == &src.k_cache || s == &src.v_cache;
+    const bool kv = s == &src.k_cache || s == &src.v_cache || s == &src.idx_k;
     if (kv)
       backend_->copy(s->rows_view(0, n_past), d->rows_view(0, n_past));
     else
@@ -38,20 +42,28 @@ State::State(backend::Backend& backend, const ModelConfig& c, int64_t n_ctx)
       l.k_cache = backend.alloc(n_ctx, c.n_head_kv * c.head_dim);
       l.v_cache = backend.alloc(n_ctx, c.n_head_kv * c.head_dim);
     }
+    if (c.has_ple() && c.ple_index(il) >= 0) l.ple_conv = backend.alloc((c.ple_conv - 1) * c.ple_ngram, c.hc_dim());
+    if (c.arch == Arch::Qwen4Exp && !c.is_linear(il)) {
+      l.idx_k = backend.alloc(n_ctx, c.idx_head_dim);
+      l.idx_blocks = backend.alloc(std::max<int64_t>(1, n_ctx / c.idx_block), c.idx_head_dim);
+    }
   }
+  if (c.has_ple()) ple_history.assign(size_t(c.ple_ngram - 1), int32_t(c.ple_eos));
+  ple_eos_ = int32_t(c.ple_eos);
 }
 
 State::~State() { release_all(); }
 
 void State::release_all() {
   for (LayerState& l : layers)
-    for (Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm})
+    for (Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm, &l.ple_conv, &l.idx_k, &l.idx_blocks})
       if (has(*t)) backend_->release(*t);
   layers.clear();
 }
 
 State::State(const State& other)
-    : n_past(other.n_past), backend_(other.backend_), n_ctx_(other.n_ctx_) {
+    : n_past(other.n_past), ple_history(other.ple_history), backend_(other.backend_),
+      n_ctx_(other.n_ctx_), ple_eos_(other.ple_eos_) {
   layers.resize(other.layers.size());
   for (size_t i = 0; i < layers.size(); ++i) copy_state(other.layers[i], layers[i], n_past, true);
 }
@@ -63,14 +75,16 @@ State& State::operator=(const State& other) {
   for (size_t i = 0; i < layers.size(); ++i)
     copy_state(other.layers[i], layers[i], other.n_past, false);
   n_past = other.n_past;
+  ple_history = other.ple_history;
   return *this;
 }
 
 void State::reset() {
   for (LayerState& l : layers)
-    for (Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm})
+    for (Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm, &l.ple_conv, &l.idx_k, &l.idx_blocks})
       if (has(*t)) backend_->fill(*t, 0.0f);
   n_past = 0;
+  std::fill(ple_history.begin(), ple_history.end(), ple_eos_);
 }
 
 }  // namespace strata::model

@@ -44,12 +44,38 @@ const Field kLayerFields[] = {
     {"nextn.eh_proj.weight", &LayerWeights::nextn_eh_proj},
     {"nextn.enorm.weight", &LayerWeights::nextn_enorm},
     {"nextn.hnorm.weight", &LayerWeights::nextn_hnorm},
+    {"nextn.hc_head_norm.weight", &LayerWeights::nextn_hc_head_norm},
+    {"nextn.hc_head_down.weight", &LayerWeights::nextn_hc_head_down},
+    {"nextn.hc_head_up.weight", &LayerWeights::nextn_hc_head_up},
+    {"hc_attn_norm.weight", &LayerWeights::hc_attn_norm},
+    {"hc_attn_down.weight", &LayerWeights::hc_attn_down},
+    {"hc_attn_up.weight", &LayerWeights::hc_attn_up},
+    {"hc_attn_inject.weight", &LayerWeights::hc_attn_inject},
+    {"hc_ffn_norm.weight", &LayerWeights::hc_ffn_norm},
+    {"hc_ffn_down.weight", &LayerWeights::hc_ffn_down},
+    {"hc_ffn_up.weight", &LayerWeights::hc_ffn_up},
+    {"hc_ffn_inject.weight", &LayerWeights::hc_ffn_inject},
+    {"indexer.q_proj.weight", &LayerWeights::indexer_q_proj},
+    {"indexer.k_proj.weight", &LayerWeights::indexer_k_proj},
+    {"indexer.q_norm.weight", &LayerWeights::indexer_q_norm},
+    {"indexer.k_norm.weight", &LayerWeights::indexer_k_norm},
+    {"ple_key.weight", &LayerWeights::ple_key},
+    {"ple_value.weight", &LayerWeights::ple_value},
+    {"ple_norm_key.weight", &LayerWeights::ple_norm_key},
+    {"ple_norm_query.weight", &LayerWeights::ple_norm_query},
+    {"ple_norm_conv.weight", &LayerWeights::ple_norm_conv},
+    {"ple_conv1d.weight", &LayerWeights::ple_conv1d},
 };
 
-Weight* global_field(Weights& w, std::string_view name) {
+Weight* global_field(Weights& w, const ModelConfig& c, std::string_view name) {
   if (name == "token_embd.weight") return &w.token_embd;
   if (name == "output_norm.weight") return &w.output_norm;
   if (name == "output.weight") return &w.output;
+  if (name == "output_hc_norm.weight") return &w.output_hc_norm;
+  if (name == "output_hc_down.weight") return &w.output_hc_down;
+  if (name == "output_hc_up.weight") return &w.output_hc_up;
+  for (size_t k = 0; k < w.ple_tables.size(); ++k)
+    if (name == c.ple_table_name(int64_t(k))) return &w.ple_tables[k];
   return nullptr;
 }
 
@@ -70,13 +96,14 @@ std::vector<float> host_floats(const gguf::TensorInfo& t) {
 Weights load_weights(const gguf::Reader& reader, const ModelConfig& c, backend::Backend& be) {
   Weights w;
   w.layers.resize(size_t(c.n_blocks()));
+  w.ple_tables.resize(c.ple_tables.size());
   for (const TensorSpec& spec : tensor_specs(c)) {
     if (spec.role == Role::RoutedExpert) continue;  // experts::ExpertSource owns them
     const gguf::TensorInfo* t = reader.find_tensor(spec.name);
     if (!t) continue;  // an optional tensor validate_tensors let through
     Weight* field = nullptr;
     if (spec.layer < 0) {
-      field = global_field(w, spec.name);
+      field = global_field(w, c, spec.name);
     } else {
       const std::string prefix = cat("blk.", spec.layer, ".");
       field = layer_field(w.layers[size_t(spec.layer)],
@@ -93,6 +120,7 @@ Weights load_weights(const gguf::Reader& reader, const ModelConfig& c, backend::
   if (!present(w.output)) w.output = w.token_embd;
   for (int64_t il = 0; il < c.n_blocks(); ++il) {
     LayerWeights& l = w.layers[size_t(il)];
+    if (present(l.ple_conv1d)) l.ple_conv1d_host = host_floats(reader.tensor(cat("blk.", il, ".ple_conv1d.weight")));
     if (!present(l.ssm_a)) continue;
     l.ssm_a_host = host_floats(reader.tensor(cat("blk.", il, ".ssm_a")));
     l.ssm_dt_host = host_floats(reader.tensor(cat("blk.", il, ".ssm_dt.bias")));

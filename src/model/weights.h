@@ -55,16 +55,39 @@ struct LayerWeights {
   Weight ffn_up_shexp;        // [n, Fs]
   Weight ffn_down_shexp;      // [Fs, n]
 
-  // MTP (NextN) block extras (qwen35moe).
+  // MTP (NextN) block extras (qwen35moe; qwen4exp: hnorm [H] and the head's own mixer).
   Weight nextn_eh_proj;  // [2n, n]
   Weight nextn_enorm;    // [n]
   Weight nextn_hnorm;    // [n]
+  Weight nextn_hc_head_norm, nextn_hc_head_down, nextn_hc_head_up;
+
+  // qwen4exp hyper-connection mixers before the token mixer (attn) and the MoE (ffn); H = hc*n,
+  // r = hc_lowrank.
+  Weight hc_attn_norm, hc_ffn_norm;      // [H]: per stream gains
+  Weight hc_attn_down, hc_ffn_down;      // [H, r]
+  Weight hc_attn_up, hc_ffn_up;          // [r, H]
+  Weight hc_attn_inject, hc_ffn_inject;  // [H, hc]
+
+  // qwen4exp QSA indexer (hi heads and one key head of di).
+  Weight indexer_q_proj;  // [n, hi*di]
+  Weight indexer_k_proj;  // [n, di]
+  Weight indexer_q_norm;  // [di]
+  Weight indexer_k_norm;  // [di]
+
+  // qwen4exp PLE layer (P = ple_embed_dim).
+  Weight ple_key;         // [P, H]
+  Weight ple_value;       // [P, n]
+  Weight ple_norm_key, ple_norm_query, ple_norm_conv;  // [H]
+  Weight ple_conv1d;      // [K, H], dilation ngram_size
+  std::vector<float> ple_conv1d_host;  // the same on the host: the dilated conv runs there
 };
 
 struct Weights {
   Weight token_embd;                 // [n, V]
   Weight output_norm;                // [n]
   Weight output;                     // [n, V]; token_embd when the file has none (tied)
+  Weight output_hc_norm, output_hc_down, output_hc_up;  // qwen4exp's final mixer
+  std::vector<Weight> ple_tables;  // qwen4exp: each PLE layer's n-gram table, [P/heads, rows]
   std::vector<LayerWeights> layers;  // n_blocks()
 };
 

@@ -44,9 +44,9 @@ ModelConfig tiny(Arch arch) {
   c.hc_lowrank = 32;
   c.idx_heads = 2;
   c.idx_head_dim = 64;
-  c.idx_top_k = 64;
+  c.idx_top_k = 8;  // two blocks: the window tests take the sparse path
   c.idx_block = 4;
-  c.ple_layer = 1;
+  if (arch == Arch::Qwen4Exp) c.ple_layers = {1, 2};  // two tables, hashed differently
   c.ple_ngram = 3;
   c.ple_heads_per_ngram = 1;
   c.ple_conv = 4;
@@ -94,7 +94,7 @@ ModelConfig flagship(Arch arch) {
   c.idx_head_dim = 128;
   c.idx_top_k = 2048;
   c.idx_block = 4;
-  c.ple_layer = 1;
+  c.ple_layers = {1};
   c.ple_ngram = 3;
   c.ple_heads_per_ngram = 8;
   c.ple_conv = 4;

@@ -1,0 +1,127 @@
+// qwen4exp PLE (Qwen4ExpTextNGramEmbedding, Qwen4ExpTextPLELayer in modeling_qwen4_exp.py):
+// hashed n-gram ids pick rows of the layer's table, fetched row by row (the flagship's table is
+// ~51B parameters and is never loaded whole); they are projected to one value and one key per
+// stream, the keys gate the value into each stream, and a dilated causal conv adds context.
+#include <algorithm>
+#include <cmath>
+
+#include "model/qwen4exp.h"
+
+namespace strata::model {
+
+std::vector<int32_t> ple_ngram_ids(const ModelConfig& c, int64_t k, std::span<const int32_t> history,
+                                   std::span<const int32_t> tokens) {
+  const ModelConfig::PleTable& table = c.ple_tables[size_t(k)];
+  const int64_t ctx = c.ple_ngram - 1, heads = c.ple_heads();
+  std::vector<int32_t> seq(history.begin(), history.end());
+  seq.insert(seq.end(), tokens.begin(), tokens.end());
+  std::vector<int32_t> ids;
+  ids.reserve(tokens.size() * size_t(heads));
+  std::vector<int64_t> shifted(size_t(c.ple_ngram));
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const size_t i = size_t(ctx) + t;
+    // _shift_right_ignore_eos: token i - s, or eos once an eos lies in i - s .. i - 1.
+    bool reset = false;
+    for (int64_t s = 0; s < c.ple_ngram; ++s) {
+      if (s > 0) reset = reset || seq[i - size_t(s)] == c.ple_eos;
+      shifted[size_t(s)] = reset ? c.ple_eos : seq[i - size_t(s)];
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      // mixed_ids = xor over the n-gram's positions of token * layer_multipliers[position]
+      // (int64 arithmetic, wrapping), then torch.remainder by the head's prime + its offset.
+      const int64_t n = 2 + h / c.ple_heads_per_ngram;
+      uint64_t mixed = 0;
+      for (int64_t p = 0; p < n; ++p) mixed ^= uint64_t(shifted[size_t(p)]) * table.multipliers[size_t(p)];
+      const int64_t size = int64_t(table.head_sizes[size_t(h)]);
+      int64_t r = int64_t(mixed) % size;
+      if (r < 0) r += size;
+      ids.push_back(int32_t(r + int64_t(table.head_offsets[size_t(h)])));
+    }
+  }
+  return ids;
+}
+
+void ple_advance_history(std::vector<int32_t>& history, std::span<const int32_t> tokens) {
+  std::vector<int32_t> seq(history.begin(), history.end());
+  seq.insert(seq.end(), tokens.begin(), tokens.end());
+  std::copy(seq.end() - std::ptrdiff_t(history.size()), seq.end(), history.begin());
+}
+
+namespace {
+
+// sigmoid-gate logits, [T, hc]: (key_s . query_s) / sqrt(n), then sign * sqrt(max(|g|, 1e-6)).
+// Computed on the host from downloads of the two [T, hc_dim] tensors.
+Tensor stream_gates(Window& w, const Tensor& key, const Tensor& query) {
+  const int64_t n = w.c.n_embd, hc = w.c.hc_count, H = w.c.hc_dim();
+  std::vector<float> k(size_t(w.T * H)), q(size_t(w.T * H)), g(size_t(w.T * hc));
+  w.be.download(key, k.data());
+  w.be.download(query, q.data());
+  for (int64_t t = 0; t < w.T; ++t)
+    for (int64_t s = 0; s < hc; ++s) {
+      float dot = 0.0f;
+      for (int64_t j = 0; j < n; ++j) dot += k[size_t(t * H + s * n + j)] * q[size_t(t * H + s * n + j)];
+      const float v = dot / std::sqrt(float(n));
+      const float mag = std::sqrt(std::max(std::fabs(v), 1e-6f));
+      g[size_t(t * hc + s)] = v > 0.0f ? mag : v < 0.0f ? -mag : 0.0f;
+    }
+  Tensor out = w.tmp(w.T, hc);
+  w.be.upload(g.data(), out);
+  return out;
+}
+
+// _short_conv: silu(depthwise conv, kernel ple_conv, dilation ngram_size) over the state's
+// previous inputs then the window's; the state keeps the last (kernel - 1) * dilation rows.
+// On the host (the backend's conv1d_silu has no dilation).
+Tensor dilated_conv(Window& w, const LayerWeights& L, LayerState& st, const Tensor& x) {
+  const int64_t H = w.c.hc_dim(), K = w.c.ple_conv, dil = w.c.ple_ngram, past = st.ple_conv.rows;
+  std::vector<float> seq(size_t((past + w.T) * H));
+  w.be.download(st.ple_conv, seq.data());
+  w.be.download(x, seq.data() + past * H);
+  std::vector<float> y(size_t(w.T * H));
+  const std::vector<float>& wt = L.ple_conv1d_host;  // [H rows of K taps]
+  for (int64_t t = 0; t < w.T; ++t)
+    for (int64_t ch = 0; ch < H; ++ch) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < K; ++j) acc += wt[size_t(ch * K + j)] * seq[size_t((t + j * dil) * H + ch)];
+      y[size_t(t * H + ch)] = acc / (1.0f + std::exp(-acc));
+    }
+  w.be.upload(seq.data() + w.T * H, st.ple_conv);
+  Tensor out = w.tmp(w.T, H);
+  w.be.upload(y.data(), out);
+  return out;
+}
+
+}  // namespace
+
+// Qwen4ExpTextPLELayer.forward
+Tensor ple_layer(Window& w, int64_t il, const Tensor& x) {
+  const ModelConfig& c = w.c;
+  const LayerWeights& L = w.w.layers[size_t(il)];
+  LayerState& st = w.state.layers[size_t(il)];
+  backend::Backend& be = w.be;
+  const int64_t k = c.ple_index(il), n = c.n_embd, hc = c.hc_count, heads = c.ple_heads(), hd = c.ple_head_dim();
+
+  // embeddings = self.ple_embedding(input_ids): one table row per n-gram head, side by side.
+  const std::vector<int32_t> ids = ple_ngram_ids(c, k, w.state.ple_history, w.tokens);
+  Tensor emb = w.tmp(w.T, heads * hd);
+  std::vector<int32_t> head_ids(size_t(w.T));
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t t = 0; t < w.T; ++t) head_ids[size_t(t)] = ids[size_t(t * heads + h)];
+    be.get_rows(w.w.ple_tables[size_t(k)], head_ids, emb.cols_view(h * hd, hd));
+  }
+  Tensor key = w.tmp(w.T, c.hc_dim()), value = w.tmp(w.T, n);
+  be.matmul(L.ple_key, emb, key);
+  const Tensor key_normed = norm_streams(w, key, L.ple_norm_key);  // norm_key(key_proj(embeddings))
+  be.matmul(L.ple_value, emb, value);                               // value_proj(embeddings)
+  const Tensor query_normed = norm_streams(w, x, L.ple_norm_query);  // norm_query(hidden_states)
+  const Tensor gate = stream_gates(w, key_normed, query_normed);
+  // gated_value = sigmoid(gate) * value.unsqueeze(-2), flattened to the streams
+  Tensor gated = w.tmp(w.T, c.hc_dim());
+  for (int64_t s = 0; s < hc; ++s) be.mul_sigmoid(value, gate.cols_view(s, 1), gated.cols_view(s * n, n));
+  const Tensor gated_normed = norm_streams(w, gated, L.ple_norm_conv);  // norm_conv(gated_value)
+  Tensor out = dilated_conv(w, L, st, gated_normed);
+  be.add(gated, out, out);  // gated_value + self._short_conv(gated_value_normed, ...)
+  return out;
+}
+
+}  // namespace strata::model

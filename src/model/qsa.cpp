@@ -1,0 +1,166 @@
+// qwen4exp QSA (Qwen4ExpTextAttention with Qwen4ExpTextQSAIndexer, modeling_qwen4_exp.py): the
+// gated attention of qwen3next, restricted per query to the key blocks an indexer picks. Block
+// b is positions b*B .. b*B + B - 1 (B = idx_block); its key is the mean of their raw index keys,
+// k_norm'ed and roped at b*B. A query at position p scores each complete visible block with
+// sum over index heads of relu(q_h . key_b) / sqrt(di), keeps the best idx_top_k / B of them plus
+// the incomplete tail (p+1 not a multiple of B: the last (p+1) % B positions) and attends to those
+// positions only. With at most idx_top_k / B complete blocks it is dense causal attention; the
+// query itself is not kept when its block is complete and loses (docs/FIXTURES.md).
+//
+// Block selection and the restricted attention run on the host over downloads of the query,
+// block keys and the KV rows; they want backend ops (see docs/MODELS.md, status).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "model/qwen4exp.h"
+
+namespace strata::model {
+
+namespace {
+
+// Block keys of the blocks this window completes, into st.idx_blocks (the reference recomputes
+// them per query from the raw keys it caches; they do not change once a block is complete).
+void update_blocks(Window& w, const LayerWeights& L, LayerState& st) {
+  const int64_t B = w.c.idx_block, di = w.c.idx_head_dim, n_past = w.pos.front();
+  const int64_t first = n_past / B, last = (n_past + w.T) / B;  // new blocks: [first, last)
+  if (last == first) return;
+  const int64_t nb = last - first;
+  std::vector<float> raw(size_t(nb * B * di)), pooled(size_t(nb * di));
+  w.be.download(st.idx_k.rows_view(first * B, nb * B), raw.data());
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t j = 0; j < di; ++j) {
+      float sum = 0.0f;  // key_groups.float().mean(dim=1)
+      for (int64_t r = 0; r < B; ++r) sum += raw[size_t((b * B + r) * di + j)];
+      pooled[size_t(b * di + j)] = sum / float(B);
+    }
+  Tensor keys = w.tmp(nb, di);
+  w.be.upload(pooled.data(), keys);
+  w.be.rms_norm(keys, &L.indexer_k_norm, di, float(w.c.rms_eps), keys);  // k_layernorm(pooled_keys)
+  std::vector<int32_t> starts(static_cast<size_t>(nb));
+  for (int64_t b = 0; b < nb; ++b) starts[size_t(b)] = int32_t((first + b) * B);
+  w.be.rope_neox(keys, starts, di, w.c.rope_dim, float(w.c.rope_theta));  // rope at group_starts
+  w.be.copy(keys, st.idx_blocks.rows_view(first, nb));
+}
+
+// The positions each window row attends to, ascending.
+std::vector<std::vector<int32_t>> select_positions(Window& w, const LayerState& st, const Tensor& iq) {
+  const ModelConfig& c = w.c;
+  const int64_t B = c.idx_block, di = c.idx_head_dim, hi = c.idx_heads, top = c.idx_top_k / B;
+  const int64_t blocks = (w.pos.back() + 1) / B;
+  std::vector<float> q(size_t(w.T * hi * di)), keys(size_t(blocks * di));
+  w.be.download(iq, q.data());
+  if (blocks > 0) w.be.download(st.idx_blocks.rows_view(0, blocks), keys.data());
+  std::vector<std::vector<int32_t>> out(size_t(w.T));
+  std::vector<float> score;
+  std::vector<int64_t> order;
+  for (int64_t t = 0; t < w.T; ++t) {
+    const int64_t p = w.pos[size_t(t)], nb = (p + 1) / B;
+    score.assign(size_t(nb), 0.0f);
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t h = 0; h < hi; ++h) {
+        float dot = 0.0f;
+        for (int64_t j = 0; j < di; ++j) dot += q[size_t((t * hi + h) * di + j)] * keys[size_t(b * di + j)];
+        score[size_t(b)] += std::max(dot, 0.0f);
+      }
+      score[size_t(b)] /= std::sqrt(float(di));
+    }
+    // scores.topk(min(block_topk, blocks)); ties (unspecified in torch) go to the earlier block.
+    order.resize(size_t(nb));
+    std::iota(order.begin(), order.end(), 0);
+    const int64_t keep = std::min(top, nb);
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int64_t a, int64_t b) {
+      return score[size_t(a)] != score[size_t(b)] ? score[size_t(a)] > score[size_t(b)] : a < b;
+    });
+    order.resize(size_t(keep));
+    std::sort(order.begin(), order.end());
+    std::vector<int32_t>& sel = out[size_t(t)];
+    for (int64_t b : order)
+      for (int64_t r = 0; r < B; ++r) sel.push_back(int32_t(b * B + r));
+    for (int64_t r = nb * B; r <= p; ++r) sel.push_back(int32_t(r));  // the incomplete tail
+  }
+  return out;
+}
+
+// eager_attention_forward under the mask causal & selected: softmax(q k^T * scale) v over each
+// row's selected positions. GQA: head h reads kv head h / (n_head / n_head_kv).
+void attend_selected(Window& w, const Tensor& q, const LayerState& st,
+                     const std::vector<std::vector<int32_t>>& sel, Tensor o) {
+  const ModelConfig& c = w.c;
+  const int64_t h = c.n_head, g = c.n_head_kv, d = c.head_dim, kv = g * d, P = w.pos.back() + 1;
+  const float scale = 1.0f / std::sqrt(float(d));
+  std::vector<float> qh(size_t(w.T * h * d)), k(size_t(P * kv)), v(size_t(P * kv)), y(size_t(w.T * h * d), 0.0f);
+  w.be.download(q, qh.data());
+  w.be.download(st.k_cache.rows_view(0, P), k.data());
+  w.be.download(st.v_cache.rows_view(0, P), v.data());
+  std::vector<float> p;
+  for (int64_t t = 0; t < w.T; ++t) {
+    const std::vector<int32_t>& s = sel[size_t(t)];
+    for (int64_t hh = 0; hh < h; ++hh) {
+      const float* qr = &qh[size_t((t * h + hh) * d)];
+      const int64_t off = (hh / (h / g)) * d;
+      p.assign(s.size(), 0.0f);
+      float mx = -INFINITY;
+      for (size_t i = 0; i < s.size(); ++i) {
+        const float* kr = &k[size_t(s[i] * kv + off)];
+        float dot = 0.0f;
+        for (int64_t j = 0; j < d; ++j) dot += qr[j] * kr[j];
+        p[i] = dot * scale;
+        mx = std::max(mx, p[i]);
+      }
+      float sum = 0.0f;
+      for (float& x : p) sum += (x = std::exp(x - mx));
+      float* yr = &y[size_t((t * h + hh) * d)];
+      for (size_t i = 0; i < s.size(); ++i) {
+        const float* vr = &v[size_t(s[i] * kv + off)];
+        for (int64_t j = 0; j < d; ++j) yr[j] += p[i] / sum * vr[j];
+      }
+    }
+  }
+  w.be.upload(y.data(), o);
+}
+
+}  // namespace
+
+// Qwen4ExpTextAttention.forward
+Tensor sparse_attention(Window& w, int64_t il, const Tensor& x) {
+  const ModelConfig& c = w.c;
+  const LayerWeights& L = w.w.layers[size_t(il)];
+  LayerState& st = w.state.layers[size_t(il)];
+  backend::Backend& be = w.be;
+  const int64_t h = c.n_head, g = c.n_head_kv, d = c.head_dim, di = c.idx_head_dim;
+  const float eps = float(c.rms_eps), theta = float(c.rope_theta);
+
+  // self.indexer(hidden_states, ...): index queries (q_layernorm, rope) and raw keys (cached)
+  Tensor iq = w.tmp(w.T, c.idx_heads * di), ik = w.tmp(w.T, di);
+  be.matmul(L.indexer_q_proj, x, iq);
+  be.rms_norm(iq, &L.indexer_q_norm, di, eps, iq);
+  be.rope_neox(iq, w.pos, di, c.rope_dim, theta);
+  be.matmul(L.indexer_k_proj, x, ik);
+  be.copy(ik, st.idx_k.rows_view(w.pos.front(), w.T));  // past_key_values.update_indexer
+  update_blocks(w, L, st);
+  const std::vector<std::vector<int32_t>> selected = select_positions(w, st, iq);
+
+  Tensor q_gate = w.tmp(w.T, 2 * h * d);
+  be.matmul(L.attn_q, x, q_gate);  // q_proj(hidden_states)
+  Tensor q = w.tmp(w.T, h * d), gate = w.tmp(w.T, h * d);
+  const int64_t widths[] = {d, d};
+  Tensor parts[] = {q, gate};
+  be.split_groups(q_gate, h, widths, parts);  // torch.chunk(.view(..., head_dim * 2), 2, dim=-1)
+  be.rms_norm(q, &L.attn_q_norm, d, eps, q);  // q_norm(query_states)
+  Tensor k = w.tmp(w.T, g * d), v = w.tmp(w.T, g * d);
+  be.matmul(L.attn_k, x, k);
+  be.rms_norm(k, &L.attn_k_norm, d, eps, k);  // k_norm(k_proj(hidden_states))
+  be.matmul(L.attn_v, x, v);                  // v_proj(hidden_states)
+  be.rope_neox(q, w.pos, d, c.rope_dim, theta);  // apply_rotary_pos_emb
+  be.rope_neox(k, w.pos, d, c.rope_dim, theta);
+  be.kv_write(st.k_cache, st.v_cache, k, v, w.pos);  // past_key_values.update
+  Tensor o = w.tmp(w.T, h * d);
+  attend_selected(w, q, st, selected, o);  // attention_interface(..., attention_mask & selected)
+  be.mul_sigmoid(o, gate, o);              // attn_output * torch.sigmoid(gate)
+  Tensor out = w.tmp(w.T, c.n_embd);
+  be.matmul(L.attn_output, o, out);  // o_proj(attn_output)
+  return out;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,100 @@
+// qwen4exp forward (Qwen3.8-Flash-Next), following transformers' modeling_qwen4_exp.py
+// (Qwen4ExpTextDecoderLayer, Qwen4ExpTextGatedResidual). The residual is hc_count streams of
+// n_embd side by side ([T, hc_dim]); a block reads them through a hyper-connection mixer and
+// injects its output back into every stream with per-stream weights. PLE (ple.cpp) adds hashed
+// n-gram features to the streams before its layers; attention layers are QSA (qsa.cpp); the
+// DeltaNet and the MoE are qwen3next's (tiled value heads, sigmoid output gate).
+// RMSNorm gains are stored as 1 + w (the reference's (1 + w)).
+#include "model/qwen4exp.h"
+
+namespace strata::model {
+
+namespace {
+
+// The four tensors of one Qwen4ExpTextGatedResidual; inject is absent in the final mixer.
+struct Mixer {
+  const Weight& norm;
+  const Weight& down;
+  const Weight& up;
+  const Weight* inject;
+};
+
+// Qwen4ExpTextGatedResidual.forward: returns mixed_input [T, n]; with inject, *inject_logits
+// receives block_inject_weight(normed) / hc_count, [T, hc] (injection weights = 2 sigmoid of it).
+Tensor mix(Window& w, const Tensor& x, const Mixer& m, Tensor* inject_logits) {
+  backend::Backend& be = w.be;
+  const int64_t n = w.c.n_embd, hc = w.c.hc_count, rows = x.rows;
+  const Tensor xn = norm_streams(w, x, m.norm);  // hc_norm(hyper_input)
+  // silu(input_mix_weight_down(normed) / hc_count)
+  Tensor low = w.tmp(rows, w.c.hc_lowrank), ones = w.tmp(rows, w.c.hc_lowrank);
+  be.matmul(m.down, xn, low);
+  be.scale(low, 1.0f / float(hc), low);
+  be.fill(ones, 1.0f);
+  be.swiglu(low, ones, low);
+  // sigmoid(input_mix_weight_up(...)) * normed, then the mean over the streams
+  Tensor up = w.tmp(rows, hc * n);
+  be.matmul(m.up, low, up);
+  be.mul_sigmoid(xn, up, up);
+  Tensor mixed = w.tmp(rows, n);
+  be.copy(up.cols_view(0, n), mixed);
+  for (int64_t s = 1; s < hc; ++s) be.add(mixed, up.cols_view(s * n, n), mixed);
+  be.scale(mixed, 1.0f / float(hc), mixed);
+  if (m.inject) {
+    *inject_logits = w.tmp(rows, hc);
+    be.matmul(*m.inject, xn, *inject_logits);  // block_inject_weight(normed)
+    be.scale(*inject_logits, 1.0f / float(hc), *inject_logits);
+  }
+  return mixed;
+}
+
+// hidden_states = hyper_input + (out.unsqueeze(-2) * injection_weights.unsqueeze(-1)).flatten(-2)
+void inject(Window& w, Tensor x, const Tensor& out, const Tensor& inject_logits) {
+  const int64_t n = w.c.n_embd;
+  Tensor part = w.tmp(out.rows, n);
+  for (int64_t s = 0; s < w.c.hc_count; ++s) {
+    w.be.mul_sigmoid(out, inject_logits.cols_view(s, 1), part);  // out * sigmoid(z_s)
+    w.be.scale(part, 2.0f, part);                                 // ... * 2
+    w.be.add(x.cols_view(s * n, n), part, x.cols_view(s * n, n));
+  }
+}
+
+}  // namespace
+
+Tensor norm_streams(Window& w, const Tensor& x, const Weight& gain) {
+  const int64_t n = w.c.n_embd;
+  Tensor y = w.tmp(x.rows, x.cols);
+  for (int64_t s = 0; s < w.c.hc_count; ++s) {
+    const Weight g{gain.type, static_cast<const float*>(gain.data) + s * n, n, 1, gain.row_stride};
+    w.be.rms_norm(x.cols_view(s * n, n), &g, n, float(w.c.rms_eps), y.cols_view(s * n, n));
+  }
+  return y;
+}
+
+// Qwen4ExpTextDecoderLayer.forward
+void qwen4exp_layer(Window& w, int64_t il, Tensor x) {
+  const LayerWeights& L = w.w.layers[size_t(il)];
+  if (w.c.ple_index(il) >= 0) {
+    Tensor p = ple_layer(w, il, x);  // hidden_states + self.ple(hidden_states, ple_input_ids, ...)
+    w.dump("ple_out", il, p);
+    w.be.add(x, p, x);
+  }
+  Tensor z;
+  Tensor h = mix(w, x, {L.hc_attn_norm, L.hc_attn_down, L.hc_attn_up, &L.hc_attn_inject}, &z);
+  w.dump("attn_mix", il, h);
+  Tensor a = w.c.is_linear(il) ? gated_delta_net(w, il, h)    // linear_attn(...)
+                               : sparse_attention(w, il, h);  // self_attn(...)
+  w.dump("attn_out", il, a);
+  inject(w, x, a, z);
+  h = mix(w, x, {L.hc_ffn_norm, L.hc_ffn_down, L.hc_ffn_up, &L.hc_ffn_inject}, &z);
+  w.dump("ffn_mix", il, h);
+  Tensor m = moe(w, il, h);  // mlp(hidden_states)
+  w.dump("moe_out", il, m);
+  inject(w, x, m, z);
+}
+
+// Qwen4ExpTextModel.forward: hidden_states = self.hyper_connection_mixer(hidden_states)
+Tensor qwen4exp_output(Window& w, const Tensor& x) {
+  return mix(w, x, {w.w.output_hc_norm, w.w.output_hc_down, w.w.output_hc_up, nullptr}, nullptr);
+}
+
+}  // namespace strata::model
