@@ -413,6 +413,131 @@ TEST(CpuOps, Attention) {
   expect_throws_naming([&] { be.kv_write(kc, vc, qt, qt, pos); }, "kv_write");
 }
 
+// QSA: each row attends to its own ascending subset of the cache; selecting every position
+// 0..p is attention, bit for bit.
+TEST(CpuOps, AttentionSelected) {
+  const int64_t n_head = 4, n_kv = 2, hd = 32, P = 40, T = 5;
+  const float scale = 0.17f;
+  Floats kall = random_floats(P * n_kv * hd, 91), vall = random_floats(P * n_kv * hd, 92),
+         q = random_floats(T * n_head * hd, 93, 2.0f);
+  std::vector<int32_t> pos(T), selected;
+  std::vector<int64_t> offsets{0};
+  Rng rng(94);
+  for (int64_t r = 0; r < T; ++r) {
+    pos[r] = int32_t(P - T + r);
+    for (int32_t p = 0; p <= pos[r]; ++p)
+      if (p == pos[r] || rng.next() % 3 == 0) selected.push_back(p);
+    offsets.push_back(int64_t(selected.size()));
+  }
+  std::vector<int32_t> all_pos(P);
+  for (int i = 0; i < P; ++i) all_pos[i] = i;
+  auto cache = [&](Backend& be, Tensor& kc, Tensor& vc) {
+    kc = be.alloc(P, n_kv * hd);
+    vc = be.alloc(P, n_kv * hd);
+    be.kv_write(kc, vc, make(be, P, n_kv * hd, kall), make(be, P, n_kv * hd, vall), all_pos);
+  };
+  auto run = [&](Backend& be, bool one_row) {
+    Tensor kc, vc;
+    cache(be, kc, vc);
+    Tensor qt = make(be, T, n_head * hd, q), y = be.alloc(T, n_head * hd);
+    if (!one_row) {
+      be.attention_selected(qt, kc, vc, selected, offsets, n_head, n_kv, hd, scale, y);
+      return read(be, y);
+    }
+    for (int64_t r = 0; r < T; ++r) {
+      const std::vector<int32_t> sel(selected.begin() + offsets[r], selected.begin() + offsets[r + 1]);
+      const std::vector<int64_t> off{0, int64_t(sel.size())};
+      be.attention_selected(qt.rows_view(r, 1), kc, vc, sel, off, n_head, n_kv, hd, scale,
+                            y.rows_view(r, 1));
+    }
+    return read(be, y);
+  };
+  Floats y = across_threads([&](Backend& be) { return std::vector<Floats>{run(be, false)}; })[0];
+  CpuBackend be(2);
+  EXPECT_TRUE(same_bits(run(be, true), y)) << "T-row window vs one-row calls";
+
+  std::vector<double> want(y.size());
+  for (int64_t r = 0; r < T; ++r)
+    for (int64_t h = 0; h < n_head; ++h) {
+      const int64_t kvh = h / (n_head / n_kv);
+      std::vector<double> s;
+      double mx = -1e300, sum = 0;
+      for (int64_t i = offsets[r]; i < offsets[r + 1]; ++i) {
+        double d = 0;
+        for (int64_t j = 0; j < hd; ++j)
+          d += double(q[(r * n_head + h) * hd + j]) * kall[(selected[i] * n_kv + kvh) * hd + j];
+        s.push_back(d * scale);
+        mx = std::max(mx, s.back());
+      }
+      for (double& e : s) sum += (e = std::exp(e - mx));
+      for (int64_t j = 0; j < hd; ++j) {
+        double acc = 0;
+        for (int64_t i = offsets[r]; i < offsets[r + 1]; ++i)
+          acc += s[i - offsets[r]] / sum * vall[(selected[i] * n_kv + kvh) * hd + j];
+        want[(r * n_head + h) * hd + j] = acc;
+      }
+    }
+  expect_near(y, want, 0, 2e-6, "attention_selected");
+
+  Tensor kc, vc;
+  cache(be, kc, vc);
+  Tensor qt = make(be, T, n_head * hd, q), dense = be.alloc(T, n_head * hd), y2 = be.alloc(T, n_head * hd);
+  std::vector<int32_t> every;
+  std::vector<int64_t> every_off{0};
+  for (int64_t r = 0; r < T; ++r) {
+    for (int32_t p = 0; p <= pos[r]; ++p) every.push_back(p);
+    every_off.push_back(int64_t(every.size()));
+  }
+  be.attention(qt, kc, vc, pos, n_head, n_kv, hd, scale, dense);
+  be.attention_selected(qt, kc, vc, every, every_off, n_head, n_kv, hd, scale, y2);
+  EXPECT_TRUE(same_bits(read(be, dense), read(be, y2))) << "all positions = attention";
+
+  const std::vector<int64_t> short_off{0, 1};
+  expect_throws_naming([&] { be.attention_selected(qt, kc, vc, selected, short_off, n_head, n_kv, hd, scale, y2); },
+                       "offsets");
+  std::vector<int32_t> far = selected;
+  far[0] = int32_t(P);
+  expect_throws_naming([&] { be.attention_selected(qt, kc, vc, far, offsets, n_head, n_kv, hd, scale, y2); },
+                       "position 40");
+}
+
+// qwen4exp's PLE conv: taps `dilation` rows apart, a state of (K-1)*dilation rows.
+TEST(CpuOps, Conv1dDilatedSiluCarriesState) {
+  const int64_t T = 11, C = 300, K = 4, D = 3, S = (K - 1) * D;
+  Floats x = random_floats(T * C, 101), w = random_floats(C * K, 102), s0 = random_floats(S * C, 103);
+  Weight wt{quant::Type::F32, w.data(), K, C, size_t(K) * 4};
+  auto run = [&](Backend& be, bool one_row) {
+    Tensor xt = make(be, T, C, x), st = make(be, S, C, s0), y = be.alloc(T, C);
+    if (one_row) {
+      for (int64_t r = 0; r < T; ++r) be.conv1d_dilated_silu(xt.rows_view(r, 1), st, wt, D, y.rows_view(r, 1));
+    } else {
+      be.conv1d_dilated_silu(xt, st, wt, D, y);
+    }
+    return std::vector<Floats>{read(be, y), read(be, st)};
+  };
+  std::vector<Floats> got = across_threads([&](Backend& be) { return run(be, false); });
+  CpuBackend be(3);
+  std::vector<Floats> rows = run(be, true);
+  EXPECT_TRUE(same_bits(rows[0], got[0]) && same_bits(rows[1], got[1]));
+
+  auto in = [&](int64_t t, int64_t c) -> double { return t < 0 ? s0[(S + t) * C + c] : x[t * C + c]; };
+  std::vector<double> want(T * C), want_state(S * C);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < C; ++c) {
+      double acc = 0;
+      for (int64_t j = 0; j < K; ++j) acc += double(w[c * K + j]) * in(t - (K - 1 - j) * D, c);
+      want[t * C + c] = acc / (1 + std::exp(-acc));
+    }
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t c = 0; c < C; ++c) want_state[s * C + c] = in(T - S + s, c);
+  expect_near(got[0], want, 1e-5, 1e-6, "conv1d_dilated_silu");
+  expect_near(got[1], want_state, 0, 0, "conv1d_dilated_silu state");
+
+  Tensor xt = make(be, T, C, x), st = be.alloc(K - 1, C), y = be.alloc(T, C);
+  expect_throws_naming([&] { be.conv1d_dilated_silu(xt, st, wt, D, y); }, "state");
+  expect_throws_naming([&] { be.conv1d_dilated_silu(xt, st, wt, 0, y); }, "dilation");
+}
+
 TEST(CpuOps, Conv1dSiluCarriesState) {
   const int64_t T = 7, C = 600, K = 4;
   Floats x = random_floats(T * C, 81), w = random_floats(C * K, 82),

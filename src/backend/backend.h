@@ -101,10 +101,21 @@ class Backend {
   virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                          std::span<const int32_t> positions, int64_t n_head, int64_t n_head_kv,
                          int64_t head_dim, float scale, Tensor y) = 0;
+  // Attention restricted to chosen cache positions (QSA): row r attends to the positions
+  // selected[offsets[r] .. offsets[r + 1]), in that order, instead of 0..p. offsets has q.rows + 1
+  // entries.
+  virtual void attention_selected(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                  std::span<const int32_t> selected,
+                                  std::span<const int64_t> offsets, int64_t n_head,
+                                  int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) = 0;
 
   // Depthwise causal conv over time with a state of the previous kernel-1 rows, then silu:
   // y[t, c] = silu(sum_j w[c, j] * x_{t-kernel+1+j}[c]); the state is advanced by the window.
   virtual void conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Tensor y) = 0;
+  // The same with the taps `dilation` rows apart (qwen4exp's PLE conv): the state holds the
+  // previous (kernel-1)*dilation rows and y[t, c] = silu(sum_j w[c, j] * x_{t-(kernel-1-j)*dilation}[c]).
+  virtual void conv1d_dilated_silu(const Tensor& x, Tensor state, const Weight& w, int64_t dilation,
+                                   Tensor y) = 0;
   // Gated delta rule, one token after another, per value head (q and k already expanded to
   // the value heads). state: [n_heads * dk, dv] rows of S; g: log decay; beta: write strength.
   virtual void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,

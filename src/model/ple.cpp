@@ -69,28 +69,6 @@ Tensor stream_gates(Window& w, const Tensor& key, const Tensor& query) {
   return out;
 }
 
-// _short_conv: silu(depthwise conv, kernel ple_conv, dilation ngram_size) over the state's
-// previous inputs then the window's; the state keeps the last (kernel - 1) * dilation rows.
-// On the host (the backend's conv1d_silu has no dilation).
-Tensor dilated_conv(Window& w, const LayerWeights& L, LayerState& st, const Tensor& x) {
-  const int64_t H = w.c.hc_dim(), K = w.c.ple_conv, dil = w.c.ple_ngram, past = st.ple_conv.rows;
-  std::vector<float> seq(size_t((past + w.T) * H));
-  w.be.download(st.ple_conv, seq.data());
-  w.be.download(x, seq.data() + past * H);
-  std::vector<float> y(size_t(w.T * H));
-  const std::vector<float>& wt = L.ple_conv1d_host;  // [H rows of K taps]
-  for (int64_t t = 0; t < w.T; ++t)
-    for (int64_t ch = 0; ch < H; ++ch) {
-      float acc = 0.0f;
-      for (int64_t j = 0; j < K; ++j) acc += wt[size_t(ch * K + j)] * seq[size_t((t + j * dil) * H + ch)];
-      y[size_t(t * H + ch)] = acc / (1.0f + std::exp(-acc));
-    }
-  w.be.upload(seq.data() + w.T * H, st.ple_conv);
-  Tensor out = w.tmp(w.T, H);
-  w.be.upload(y.data(), out);
-  return out;
-}
-
 }  // namespace
 
 // Qwen4ExpTextPLELayer.forward
@@ -119,7 +97,10 @@ Tensor ple_layer(Window& w, int64_t il, const Tensor& x) {
   Tensor gated = w.tmp(w.T, c.hc_dim());
   for (int64_t s = 0; s < hc; ++s) be.mul_sigmoid(value, gate.cols_view(s, 1), gated.cols_view(s * n, n));
   const Tensor gated_normed = norm_streams(w, gated, L.ple_norm_conv);  // norm_conv(gated_value)
-  Tensor out = dilated_conv(w, L, st, gated_normed);
+  // _short_conv: silu(depthwise conv, kernel ple_conv, dilation ngram_size) over the previous
+  // inputs (the state) and the window's
+  Tensor out = w.tmp(w.T, c.hc_dim());
+  be.conv1d_dilated_silu(gated_normed, st.ple_conv, L.ple_conv1d, c.ple_ngram, out);
   be.add(gated, out, out);  // gated_value + self._short_conv(gated_value_normed, ...)
   return out;
 }

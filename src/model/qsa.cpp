@@ -7,8 +7,8 @@
 // positions only. With at most idx_top_k / B complete blocks it is dense causal attention; the
 // query itself is not kept when its block is complete and loses (docs/FIXTURES.md).
 //
-// Block selection and the restricted attention run on the host over downloads of the query,
-// block keys and the KV rows; they want backend ops (see docs/MODELS.md, status).
+// Block selection runs on the host over downloads of the index queries and block keys (small:
+// T x heads x di and blocks x di); the restricted attention is the backend's attention_selected.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -43,15 +43,21 @@ void update_blocks(Window& w, const LayerWeights& L, LayerState& st) {
   w.be.copy(keys, st.idx_blocks.rows_view(first, nb));
 }
 
-// The positions each window row attends to, ascending.
-std::vector<std::vector<int32_t>> select_positions(Window& w, const LayerState& st, const Tensor& iq) {
+// The positions each window row attends to, ascending: row t's are
+// selected[offsets[t] .. offsets[t + 1]).
+struct Selection {
+  std::vector<int32_t> selected;
+  std::vector<int64_t> offsets{0};
+};
+
+Selection select_positions(Window& w, const LayerState& st, const Tensor& iq) {
   const ModelConfig& c = w.c;
   const int64_t B = c.idx_block, di = c.idx_head_dim, hi = c.idx_heads, top = c.idx_top_k / B;
   const int64_t blocks = (w.pos.back() + 1) / B;
   std::vector<float> q(size_t(w.T * hi * di)), keys(size_t(blocks * di));
   w.be.download(iq, q.data());
   if (blocks > 0) w.be.download(st.idx_blocks.rows_view(0, blocks), keys.data());
-  std::vector<std::vector<int32_t>> out(size_t(w.T));
+  Selection out;
   std::vector<float> score;
   std::vector<int64_t> order;
   for (int64_t t = 0; t < w.T; ++t) {
@@ -74,50 +80,12 @@ std::vector<std::vector<int32_t>> select_positions(Window& w, const LayerState& 
     });
     order.resize(size_t(keep));
     std::sort(order.begin(), order.end());
-    std::vector<int32_t>& sel = out[size_t(t)];
     for (int64_t b : order)
-      for (int64_t r = 0; r < B; ++r) sel.push_back(int32_t(b * B + r));
-    for (int64_t r = nb * B; r <= p; ++r) sel.push_back(int32_t(r));  // the incomplete tail
+      for (int64_t r = 0; r < B; ++r) out.selected.push_back(int32_t(b * B + r));
+    for (int64_t r = nb * B; r <= p; ++r) out.selected.push_back(int32_t(r));  // the incomplete tail
+    out.offsets.push_back(int64_t(out.selected.size()));
   }
   return out;
-}
-
-// eager_attention_forward under the mask causal & selected: softmax(q k^T * scale) v over each
-// row's selected positions. GQA: head h reads kv head h / (n_head / n_head_kv).
-void attend_selected(Window& w, const Tensor& q, const LayerState& st,
-                     const std::vector<std::vector<int32_t>>& sel, Tensor o) {
-  const ModelConfig& c = w.c;
-  const int64_t h = c.n_head, g = c.n_head_kv, d = c.head_dim, kv = g * d, P = w.pos.back() + 1;
-  const float scale = 1.0f / std::sqrt(float(d));
-  std::vector<float> qh(size_t(w.T * h * d)), k(size_t(P * kv)), v(size_t(P * kv)), y(size_t(w.T * h * d), 0.0f);
-  w.be.download(q, qh.data());
-  w.be.download(st.k_cache.rows_view(0, P), k.data());
-  w.be.download(st.v_cache.rows_view(0, P), v.data());
-  std::vector<float> p;
-  for (int64_t t = 0; t < w.T; ++t) {
-    const std::vector<int32_t>& s = sel[size_t(t)];
-    for (int64_t hh = 0; hh < h; ++hh) {
-      const float* qr = &qh[size_t((t * h + hh) * d)];
-      const int64_t off = (hh / (h / g)) * d;
-      p.assign(s.size(), 0.0f);
-      float mx = -INFINITY;
-      for (size_t i = 0; i < s.size(); ++i) {
-        const float* kr = &k[size_t(s[i] * kv + off)];
-        float dot = 0.0f;
-        for (int64_t j = 0; j < d; ++j) dot += qr[j] * kr[j];
-        p[i] = dot * scale;
-        mx = std::max(mx, p[i]);
-      }
-      float sum = 0.0f;
-      for (float& x : p) sum += (x = std::exp(x - mx));
-      float* yr = &y[size_t((t * h + hh) * d)];
-      for (size_t i = 0; i < s.size(); ++i) {
-        const float* vr = &v[size_t(s[i] * kv + off)];
-        for (int64_t j = 0; j < d; ++j) yr[j] += p[i] / sum * vr[j];
-      }
-    }
-  }
-  w.be.upload(y.data(), o);
 }
 
 }  // namespace
@@ -139,7 +107,7 @@ Tensor sparse_attention(Window& w, int64_t il, const Tensor& x) {
   be.matmul(L.indexer_k_proj, x, ik);
   be.copy(ik, st.idx_k.rows_view(w.pos.front(), w.T));  // past_key_values.update_indexer
   update_blocks(w, L, st);
-  const std::vector<std::vector<int32_t>> selected = select_positions(w, st, iq);
+  const Selection sel = select_positions(w, st, iq);
 
   Tensor q_gate = w.tmp(w.T, 2 * h * d);
   be.matmul(L.attn_q, x, q_gate);  // q_proj(hidden_states)
@@ -156,8 +124,10 @@ Tensor sparse_attention(Window& w, int64_t il, const Tensor& x) {
   be.rope_neox(k, w.pos, d, c.rope_dim, theta);
   be.kv_write(st.k_cache, st.v_cache, k, v, w.pos);  // past_key_values.update
   Tensor o = w.tmp(w.T, h * d);
-  attend_selected(w, q, st, selected, o);  // attention_interface(..., attention_mask & selected)
-  be.mul_sigmoid(o, gate, o);              // attn_output * torch.sigmoid(gate)
+  // attention_interface(..., attention_mask & selected_token_mask)
+  be.attention_selected(q, st.k_cache, st.v_cache, sel.selected, sel.offsets, h, g, d,
+                        1.0f / std::sqrt(float(d)), o);
+  be.mul_sigmoid(o, gate, o);  // attn_output * torch.sigmoid(gate)
   Tensor out = w.tmp(w.T, c.n_embd);
   be.matmul(L.attn_output, o, out);  // o_proj(attn_output)
   return out;

@@ -120,7 +120,6 @@ Weights load_weights(const gguf::Reader& reader, const ModelConfig& c, backend::
   if (!present(w.output)) w.output = w.token_embd;
   for (int64_t il = 0; il < c.n_blocks(); ++il) {
     LayerWeights& l = w.layers[size_t(il)];
-    if (present(l.ple_conv1d)) l.ple_conv1d_host = host_floats(reader.tensor(cat("blk.", il, ".ple_conv1d.weight")));
     if (!present(l.ssm_a)) continue;
     l.ssm_a_host = host_floats(reader.tensor(cat("blk.", il, ".ssm_a")));
     l.ssm_dt_host = host_floats(reader.tensor(cat("blk.", il, ".ssm_dt.bias")));

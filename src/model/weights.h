@@ -79,7 +79,6 @@ struct LayerWeights {
   Weight ple_value;       // [P, n]
   Weight ple_norm_key, ple_norm_query, ple_norm_conv;  // [H]
   Weight ple_conv1d;      // [K, H], dilation ngram_size
-  std::vector<float> ple_conv1d_host;  // the same on the host: the dilated conv runs there
 };
 
 struct Weights {

@@ -114,8 +114,19 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
                            int64_t head_dim, float scale, Tensor y) {
   cpu::attention(pool_, q, k_cache, v_cache, positions, n_head, n_head_kv, head_dim, scale, y);
 }
+void CpuBackend::attention_selected(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                    std::span<const int32_t> selected,
+                                    std::span<const int64_t> offsets, int64_t n_head,
+                                    int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) {
+  cpu::attention_selected(pool_, q, k_cache, v_cache, selected, offsets, n_head, n_head_kv,
+                          head_dim, scale, y);
+}
 void CpuBackend::conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Tensor y) {
-  cpu::conv1d_silu(pool_, x, state, w, y);
+  cpu::conv1d_silu(pool_, x, state, w, 1, y);
+}
+void CpuBackend::conv1d_dilated_silu(const Tensor& x, Tensor state, const Weight& w,
+                                     int64_t dilation, Tensor y) {
+  cpu::conv1d_silu(pool_, x, state, w, dilation, y);
 }
 void CpuBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& g, const Tensor& beta, Tensor state,

@@ -51,7 +51,13 @@ class CpuBackend : public Backend {
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                  std::span<const int32_t> positions, int64_t n_head, int64_t n_head_kv,
                  int64_t head_dim, float scale, Tensor y) override;
+  void attention_selected(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                          std::span<const int32_t> selected, std::span<const int64_t> offsets,
+                          int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
+                          Tensor y) override;
   void conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Tensor y) override;
+  void conv1d_dilated_silu(const Tensor& x, Tensor state, const Weight& w, int64_t dilation,
+                           Tensor y) override;
   void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, Tensor state, int64_t n_heads, Tensor y) override;
   Routing route_softmax_topk(const Tensor& logits, int64_t top_k, bool renormalize) override;

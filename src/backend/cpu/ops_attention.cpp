@@ -31,10 +31,14 @@ void kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, const Tensor& v,
   }
 }
 
-void attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-               std::span<const int32_t> positions, int64_t n_head, int64_t n_head_kv,
-               int64_t head_dim, float scale, Tensor y) {
-  constexpr const char* op = "attention";
+namespace {
+
+// The checks and the loop both attention ops share; position(r, i) is row r's i-th attended
+// cache position, count(r) how many there are.
+template <class Count, class Position>
+void attend(const char* op, ThreadPool& pool, const Tensor& q, const Tensor& k_cache,
+            const Tensor& v_cache, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+            float scale, Tensor y, Count count, Position position) {
   check_tensor(op, "q", q);
   check_tensor(op, "k_cache", k_cache);
   check_tensor(op, "v_cache", v_cache);
@@ -48,19 +52,21 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache, const T
           shape(k_cache), " and v_cache ", shape(v_cache), " should have ", n_head_kv, " x ",
           head_dim, " columns");
   check_same_shape(op, "q", q, "y", y);
-  require(int64_t(positions.size()) == q.rows, op, positions.size(), " positions for ", q.rows,
-          " rows");
-  for (int32_t p : positions)
-    require(p >= 0 && p < k_cache.rows && p < v_cache.rows, op, "position ", p,
-            " is outside the cache of ", std::min(k_cache.rows, v_cache.rows), " rows");
+  int64_t work = 0;
+  for (int64_t r = 0; r < q.rows; ++r) {
+    for (int64_t i = 0; i < count(r); ++i) {
+      const int64_t p = position(r, i);
+      require(p >= 0 && p < k_cache.rows && p < v_cache.rows, op, "position ", p,
+              " is outside the cache of ", std::min(k_cache.rows, v_cache.rows), " rows");
+    }
+    work += count(r) * n_head * head_dim * 2;
+  }
   check_no_overlap(op, "q", q, "y", y);
   check_no_overlap(op, "k_cache", k_cache, "y", y);
   check_no_overlap(op, "v_cache", v_cache, "y", y);
 
   const VecKernels& v = vec();
   const int64_t group = n_head / n_head_kv;
-  int64_t work = 0;
-  for (int32_t p : positions) work += (int64_t(p) + 1) * n_head * head_dim * 2;
   for_tasks(pool, q.rows * n_head, work, [&](int64_t task) {
     const int64_t r = task / n_head;
     const int64_t h = task % n_head;
@@ -70,7 +76,8 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache, const T
     for (int64_t i = 0; i < head_dim; ++i) acc[i] = 0.0f;
     float m = -std::numeric_limits<float>::infinity();
     float l = 0.0f;
-    for (int64_t p = 0; p <= positions[r]; ++p) {
+    for (int64_t i = 0, n = count(r); i < n; ++i) {
+      const int64_t p = position(r, i);
       const float s = v.dot(qh, k_cache.data + p * k_cache.stride + kv_off, head_dim) * scale;
       const float* vp = v_cache.data + p * v_cache.stride + kv_off;
       if (s > m) {
@@ -86,6 +93,38 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache, const T
     }
     v.scale_mul(acc, 1.0f / l, nullptr, acc, head_dim);
   });
+}
+
+}  // namespace
+
+void attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+               std::span<const int32_t> positions, int64_t n_head, int64_t n_head_kv,
+               int64_t head_dim, float scale, Tensor y) {
+  constexpr const char* op = "attention";
+  require(int64_t(positions.size()) == q.rows, op, positions.size(), " positions for ", q.rows,
+          " rows");
+  attend(
+      op, pool, q, k_cache, v_cache, n_head, n_head_kv, head_dim, scale, y,
+      [&](int64_t r) { return int64_t(positions[size_t(r)]) + 1; },
+      [](int64_t, int64_t i) { return i; });
+}
+
+void attention_selected(ThreadPool& pool, const Tensor& q, const Tensor& k_cache,
+                        const Tensor& v_cache, std::span<const int32_t> selected,
+                        std::span<const int64_t> offsets, int64_t n_head, int64_t n_head_kv,
+                        int64_t head_dim, float scale, Tensor y) {
+  constexpr const char* op = "attention_selected";
+  require(int64_t(offsets.size()) == q.rows + 1, op, offsets.size(), " offsets for ", q.rows,
+          " rows (want rows + 1)");
+  for (size_t r = 0; r + 1 < offsets.size(); ++r)
+    require(offsets[r] >= 0 && offsets[r] <= offsets[r + 1] &&
+                offsets[r + 1] <= int64_t(selected.size()),
+            op, "offsets[", r, "..", r + 1, "] = ", offsets[r], "..", offsets[r + 1],
+            " do not lie within the ", selected.size(), " selected positions");
+  attend(
+      op, pool, q, k_cache, v_cache, n_head, n_head_kv, head_dim, scale, y,
+      [&](int64_t r) { return offsets[size_t(r) + 1] - offsets[size_t(r)]; },
+      [&](int64_t r, int64_t i) { return int64_t(selected[size_t(offsets[size_t(r)] + i)]); });
 }
 
 }  // namespace strata::cpu

@@ -25,4 +25,11 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache, const T
                std::span<const int32_t> positions, int64_t n_head, int64_t n_head_kv,
                int64_t head_dim, float scale, Tensor y);
 
+// The same over the positions selected[offsets[r] .. offsets[r + 1]) of row r, in that order
+// (QSA's sparse attention); offsets has q.rows + 1 non-decreasing entries.
+void attention_selected(ThreadPool& pool, const Tensor& q, const Tensor& k_cache,
+                        const Tensor& v_cache, std::span<const int32_t> selected,
+                        std::span<const int64_t> offsets, int64_t n_head, int64_t n_head_kv,
+                        int64_t head_dim, float scale, Tensor y);
+
 }  // namespace strata::cpu

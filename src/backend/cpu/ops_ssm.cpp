@@ -8,8 +8,10 @@
 
 namespace strata::cpu {
 
-void conv1d_silu(ThreadPool& pool, const Tensor& x, Tensor state, const Weight& w, Tensor y) {
+void conv1d_silu(ThreadPool& pool, const Tensor& x, Tensor state, const Weight& w, int64_t dilation,
+                 Tensor y) {
   constexpr const char* op = "conv1d_silu";
+  require(dilation >= 1, op, "dilation ", dilation, " must be >= 1");
   check_tensor(op, "x", x);
   check_tensor(op, "state", state);
   check_tensor(op, "y", y);
@@ -20,17 +22,18 @@ void conv1d_silu(ThreadPool& pool, const Tensor& x, Tensor state, const Weight& 
   require(w.row_stride == size_t(w.cols) * 4, op, "the weight rows must be contiguous");
   const int64_t K = w.cols;
   const int64_t C = x.cols;
-  require(state.rows == K - 1 && state.cols == C, op, "state ", shape(state), " should be [", K - 1,
-          " x ", C, "]");
+  const int64_t S = (K - 1) * dilation;  // state rows
+  require(state.rows == S && state.cols == C, op, "state ", shape(state), " should be [", S, " x ",
+          C, "]");
   check_no_overlap(op, "x", x, "y", y);
   check_no_overlap(op, "state", state, "y", y);
   check_no_overlap(op, "state", state, "x", x);
   const int64_t T = x.rows;
   const auto* wf = static_cast<const float*>(w.data);
 
-  // in(t, c) for t in [-(K-1), T): the state rows, then x.
+  // in(t, c) for t in [-S, T): the state rows, then x.
   auto in = [&](int64_t t, int64_t c) {
-    return t < 0 ? state.data[(K - 1 + t) * state.stride + c] : x.data[t * x.stride + c];
+    return t < 0 ? state.data[(S + t) * state.stride + c] : x.data[t * x.stride + c];
   };
   constexpr int64_t kChunk = 256;
   const int64_t chunks = (C + kChunk - 1) / kChunk;
@@ -42,15 +45,15 @@ void conv1d_silu(ThreadPool& pool, const Tensor& x, Tensor state, const Weight& 
       for (int64_t c = c0; c < c1; ++c) {
         const float* wc = wf + c * K;
         float acc = 0.0f;
-        for (int64_t j = 0; j < K; ++j) acc = acc + wc[j] * in(t - K + 1 + j, c);
+        for (int64_t j = 0; j < K; ++j) acc = acc + wc[j] * in(t - (K - 1 - j) * dilation, c);
         yr[c] = acc / (1.0f + std::exp(-acc));
       }
     }
-    // The new state is in() rows T-(K-1) .. T-1. Shifting in place oldest first is safe: state
-    // row s takes in() row T-(K-1)+s, which is x or state row T+s >= s, not yet overwritten.
-    for (int64_t s = 0; s < K - 1; ++s) {
+    // The new state is in() rows T-S .. T-1. Shifting in place oldest first is safe: state row
+    // s takes in() row T-S+s, which is x or state row T+s >= s, not yet overwritten.
+    for (int64_t s = 0; s < S; ++s) {
       float* dst = state.data + s * state.stride;
-      for (int64_t c = c0; c < c1; ++c) dst[c] = in(T - (K - 1) + s, c);
+      for (int64_t c = c0; c < c1; ++c) dst[c] = in(T - S + s, c);
     }
   });
 }

@@ -8,11 +8,14 @@
 namespace strata::cpu {
 
 // x, y: [T, C]; w: F32 with rows = C and cols = kernel (the GGUF ssm_conv1d layout, ne = [kernel,
-// C]); state: [kernel - 1, C], row 0 the oldest of the previous inputs (zeros at the start).
-//   y[t, c] = silu(sum_{j = 0..kernel-1} w[c, j] * in[t - kernel + 1 + j, c])
+// C]); state: [(kernel - 1) * dilation, C], row 0 the oldest of the previous inputs (zeros at the
+// start).
+//   y[t, c] = silu(sum_{j = 0..kernel-1} w[c, j] * in[t - (kernel - 1 - j) * dilation, c])
 // where in[] is the state rows followed by x's rows; the sum runs j ascending from 0 (product,
-// then add). Afterwards the state holds the last kernel - 1 rows of in[]. y must not overlap x.
-void conv1d_silu(ThreadPool& pool, const Tensor& x, Tensor state, const Weight& w, Tensor y);
+// then add). Afterwards the state holds the last (kernel - 1) * dilation rows of in[]. y must not
+// overlap x.
+void conv1d_silu(ThreadPool& pool, const Tensor& x, Tensor state, const Weight& w, int64_t dilation,
+                 Tensor y);
 
 // The recurrent gated delta rule (torch_recurrent_gated_delta_rule), per value head h:
 //   q, k: [T, n_heads * dk]   — already expanded to the value heads, l2-normed, and q already
