@@ -1,4 +1,10 @@
 // IQ2_XXS . Q8_K with AVX2, bit-exact with the scalar reference (see iq_common.h).
+//
+// Same structure as iq2_xs_avx2.cpp (see the notes there on what was measured): the sub-block loop
+// is fully unrolled, sign bytes stay in registers, grid indices are byte loads straight from the
+// block. The per-sub-block scale (one int32 holding 2s+1 twice as int16) is a broadcast load from
+// a small stack array: a load-port operation, which leaves the vector ALU ports, the bound here,
+// alone; opaque() keeps GCC from turning those loads into extracts after unrolling.
 #include "quant/formats/iq_avx2.h"
 #include "quant/formats/iq_common.h"
 
@@ -25,22 +31,21 @@ float dot_iq2_xxs_avx2(const void* weights, const void* act, int64_t n) {
         _mm256_or_si256(
             _mm256_and_si256(_mm256_slli_epi32(aux, 2), _mm256_set1_epi32(0x7F0000)),
             _mm256_and_si256(_mm256_slli_epi32(aux, 3), _mm256_set1_epi32(0x7F000000))));
-    alignas(32) uint8_t signs[32];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(signs), full_sign_bytes(fields));
-    alignas(32) int32_t scale[8];
+    const SignHalves signs = sign_halves(full_sign_bytes(fields));
+    alignas(32) int32_t scale_store[8];
     const __m256i s4 = _mm256_srli_epi32(aux, 28);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(scale),
+    _mm256_store_si256(reinterpret_cast<__m256i*>(scale_store),
                        twice16(_mm256_add_epi32(_mm256_add_epi32(s4, s4), _mm256_set1_epi32(1))));
+    const int32_t* scale = opaque(scale_store);
 
     const int8_t* q8 = y[i].qs;
     __m256i sum = _mm256_setzero_si256();
-    // Not unrolled, so that per-sub-block values are broadcast loads (see iq2_xs_avx2.cpp).
-#pragma GCC unroll 1
+#pragma GCC unroll 8
     for (int ib = 0; ib < 8; ++ib) {
       const uint8_t* ix = index + 8 * ib;
       const __m256i grid = gather4(kIQ2XXSGrid, ix[0], ix[1], ix[2], ix[3]);
       const __m256i p =
-          signed_products(grid, sign_masks(signs + 4 * ib),
+          signed_products(grid, sign_masks(signs, ib),
                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * ib)));
       sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, broadcast32(scale + ib)));
     }

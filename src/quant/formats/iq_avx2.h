@@ -25,15 +25,38 @@ inline __m256i full_sign_bytes(__m256i s) {
   return _mm256_or_si256(s, parity);
 }
 
-// Four sign bytes at p (groups of 8 elements) to 32 byte masks, 0xFF where the element is negative.
-inline __m256i sign_masks(const uint8_t* p) {
-  int32_t four;
-  std::memcpy(&four, p, 4);
+// Full sign bytes (one per group of 8 elements) to 32 byte masks, 0xFF where the element is
+// negative. v holds the wanted half of the block's 32 sign bytes (sub-blocks 0..3 or 4..7) in both
+// 128-bit lanes (see sign_halves); k picks the sub-block within that half. An in-lane vpshufb with
+// a constant control spreads each sign byte over its 8 elements, and an and/compare with the bit
+// pattern 1, 2, 4, .., 128 turns bit j into a mask for element j. Keeping the sign bytes in
+// registers, rather than storing them per block and broadcasting 4 of them back per sub-block,
+// takes a store-to-load round trip off every block.
+struct SpreadControl {
+  alignas(32) uint8_t row[4][32];
+  constexpr SpreadControl() : row{} {
+    for (int k = 0; k < 4; ++k)
+      for (int j = 0; j < 32; ++j) row[k][j] = uint8_t(4 * k + j / 8);
+  }
+};
+inline constexpr SpreadControl kSpreadControl{};
+
+inline __m256i sign_masks(__m256i v, int k) {
   const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(four), _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
-                                                2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+      v, _mm256_load_si256(reinterpret_cast<const __m256i*>(kSpreadControl.row[k])));
   const __m256i bits = _mm256_set1_epi64x(int64_t(0x8040201008040201ull));
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits);
+}
+
+// Sub-blocks 0..3 (lo) and 4..7 (hi) of 32 full sign bytes, each copied to both 128-bit lanes.
+struct SignHalves {
+  __m256i lo, hi;
+};
+inline SignHalves sign_halves(__m256i full) {
+  return {_mm256_permute4x64_epi64(full, 0x44), _mm256_permute4x64_epi64(full, 0xEE)};
+}
+inline __m256i sign_masks(const SignHalves& s, int ib) {
+  return sign_masks(ib < 4 ? s.lo : s.hi, ib & 3);
 }
 
 // Pairwise int16 sums of grid * sign * q8 for 32 elements (grid < 128 unsigned, so pairs stay below
@@ -51,15 +74,14 @@ inline __m256i twice16(__m256i v) {
 
 inline __m256i broadcast32(const int32_t* p) { return _mm256_set1_epi32(*p); }
 
-// Eight 32-bit table entries as one vector, the same way.
-inline __m256i gather8(const uint32_t* table, const uint8_t* idx) {
-  const auto b = [&](int k) { return _mm256_set1_epi32(int32_t(table[idx[k]])); };
-  const __m256i q0 = _mm256_blend_epi32(b(0), b(1), 0x02),
-                q1 = _mm256_blend_epi32(b(2), b(3), 0x08);
-  const __m256i q2 = _mm256_blend_epi32(b(4), b(5), 0x20),
-                q3 = _mm256_blend_epi32(b(6), b(7), 0x80);
-  return _mm256_blend_epi32(_mm256_blend_epi32(q0, q1, 0x0C), _mm256_blend_epi32(q2, q3, 0xC0),
-                            0xF0);
+// Hides from the optimizer where a pointer into a per-block stack array points. The sub-block
+// loops are fully unrolled (no counter, constant offsets); without this, GCC forwards the vector
+// stores that filled the array into registers and extracts each index or sign word with port-5
+// shuffles (vpextrw, vpermq), the bottleneck. With it, every per-sub-block value is a plain load.
+template <typename T>
+inline T* opaque(T* p) {
+  asm("" : "+r"(p));
+  return p;
 }
 
 // Four 64-bit table entries as one vector, built from broadcast loads and blends so that no
