@@ -236,6 +236,32 @@ TEST(CpuOps, RmsNormAndL2Norm) {
   expect_throws_naming([&] { be.l2_norm(xt, group, eps, yt.cols_view(0, 10)); }, "l2_norm");
 }
 
+TEST(CpuOps, SignedSqrtDot) {
+  const int64_t T = 5, C = 256, group = 64;
+  const float scale = 0.125f;
+  Floats a = random_floats(T * C, 41), b = random_floats(T * C, 42);
+  for (int64_t i = 0; i < group; ++i) a[i] = 0.0f;  // d = 0 stays 0
+  Floats y;
+  check_rowwise(
+      T, {{C, a}, {C, b}}, C / group,
+      [&](Backend& be, std::vector<Tensor>& in, Tensor out) {
+        be.signed_sqrt_dot(in[0], in[1], group, scale, out);
+      },
+      &y);
+  std::vector<double> want(y.size());
+  for (int64_t g = 0; g < T * C / group; ++g) {
+    double d = 0;
+    for (int64_t i = 0; i < group; ++i) d += double(a[g * group + i]) * b[g * group + i];
+    d *= scale;
+    want[g] = d == 0 ? 0.0 : std::copysign(std::sqrt(std::max(std::fabs(d), 1e-6)), d);
+  }
+  expect_near(y, want, 1e-5, 1e-7, "signed_sqrt_dot");
+  EXPECT_EQ(y[0], 0.0f);
+  CpuBackend be(1);
+  Tensor at = make(be, T, C, a), yt = be.alloc(T, C / group);
+  expect_throws_naming([&] { be.signed_sqrt_dot(at, at, 48, scale, yt); }, "signed_sqrt_dot");
+}
+
 TEST(CpuOps, ElementWise) {
   const int64_t T = 5, C = 3000;
   Floats a = random_floats(T * C, 41, 4.0f), b = random_floats(T * C, 42, 4.0f);

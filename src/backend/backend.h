@@ -79,6 +79,10 @@ class Backend {
   virtual void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) = 0;
   // Per group: y = x / sqrt(sum(x^2) + eps).
   virtual void l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) = 0;
+  // Per group g of `group` columns: y[r, g] = sign(d) sqrt(max(|d|, 1e-6)), d = scale * (a . b)
+  // over the group; y has one column per group (qwen4exp's PLE stream gates).
+  virtual void signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t group, float scale,
+                               Tensor y) = 0;
   virtual void add(const Tensor& a, const Tensor& b, Tensor y) = 0;
   virtual void scale(const Tensor& x, float s, Tensor y) = 0;
   // y = x * sigmoid(gate); gate has x's shape, or one column (a per-row gate).

@@ -47,30 +47,6 @@ void ple_advance_history(std::vector<int32_t>& history, std::span<const int32_t>
   std::copy(seq.end() - std::ptrdiff_t(history.size()), seq.end(), history.begin());
 }
 
-namespace {
-
-// sigmoid-gate logits, [T, hc]: (key_s . query_s) / sqrt(n), then sign * sqrt(max(|g|, 1e-6)).
-// Computed on the host from downloads of the two [T, hc_dim] tensors.
-Tensor stream_gates(Window& w, const Tensor& key, const Tensor& query) {
-  const int64_t n = w.c.n_embd, hc = w.c.hc_count, H = w.c.hc_dim();
-  std::vector<float> k(size_t(w.T * H)), q(size_t(w.T * H)), g(size_t(w.T * hc));
-  w.be.download(key, k.data());
-  w.be.download(query, q.data());
-  for (int64_t t = 0; t < w.T; ++t)
-    for (int64_t s = 0; s < hc; ++s) {
-      float dot = 0.0f;
-      for (int64_t j = 0; j < n; ++j) dot += k[size_t(t * H + s * n + j)] * q[size_t(t * H + s * n + j)];
-      const float v = dot / std::sqrt(float(n));
-      const float mag = std::sqrt(std::max(std::fabs(v), 1e-6f));
-      g[size_t(t * hc + s)] = v > 0.0f ? mag : v < 0.0f ? -mag : 0.0f;
-    }
-  Tensor out = w.tmp(w.T, hc);
-  w.be.upload(g.data(), out);
-  return out;
-}
-
-}  // namespace
-
 // Qwen4ExpTextPLELayer.forward
 Tensor ple_layer(Window& w, int64_t il, const Tensor& x) {
   const ModelConfig& c = w.c;
@@ -92,7 +68,9 @@ Tensor ple_layer(Window& w, int64_t il, const Tensor& x) {
   const Tensor key_normed = norm_streams(w, key, L.ple_norm_key);  // norm_key(key_proj(embeddings))
   be.matmul(L.ple_value, emb, value);                               // value_proj(embeddings)
   const Tensor query_normed = norm_streams(w, x, L.ple_norm_query);  // norm_query(hidden_states)
-  const Tensor gate = stream_gates(w, key_normed, query_normed);
+  // gate = (key_normed * query_normed).sum(-1) / sqrt(hidden); sign(gate) sqrt(max(|gate|, 1e-6))
+  Tensor gate = w.tmp(w.T, hc);
+  be.signed_sqrt_dot(key_normed, query_normed, n, 1.0f / std::sqrt(float(n)), gate);
   // gated_value = sigmoid(gate) * value.unsqueeze(-2), flattened to the streams
   Tensor gated = w.tmp(w.T, c.hc_dim());
   for (int64_t s = 0; s < hc; ++s) be.mul_sigmoid(value, gate.cols_view(s, 1), gated.cols_view(s * n, n));

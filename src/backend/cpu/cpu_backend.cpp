@@ -89,6 +89,10 @@ void CpuBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float
 void CpuBackend::l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) {
   cpu::l2_norm(pool_, x, group, eps, y);
 }
+void CpuBackend::signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t group, float scale,
+                                 Tensor y) {
+  cpu::signed_sqrt_dot(pool_, a, b, group, scale, y);
+}
 void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor y) { cpu::add(a, b, y); }
 void CpuBackend::scale(const Tensor& x, float s, Tensor y) { cpu::scale(x, s, y); }
 void CpuBackend::mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) {

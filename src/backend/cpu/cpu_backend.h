@@ -38,6 +38,8 @@ class CpuBackend : public Backend {
   void matmul(const Weight& w, const Tensor& x, Tensor y) override;
   void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) override;
   void l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) override;
+  void signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t group, float scale,
+                       Tensor y) override;
   void add(const Tensor& a, const Tensor& b, Tensor y) override;
   void scale(const Tensor& x, float s, Tensor y) override;
   void mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) override;

@@ -2,6 +2,7 @@
 // its values alone, never on the row count, the thread count or the instruction set.
 #include "backend/cpu/ops_norm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/ops_vec.h"
@@ -57,6 +58,25 @@ void l2_norm(ThreadPool& pool, const Tensor& x, int64_t group, float eps, Tensor
     const float* xg = x.data + r * x.stride + g * group;
     float* yg = y.data + r * y.stride + g * group;
     v.scale_mul(xg, 1.0f / std::sqrt(v.sum_squares(xg, group) + eps), nullptr, yg, group);
+  });
+}
+
+void signed_sqrt_dot(ThreadPool& pool, const Tensor& a, const Tensor& b, int64_t group,
+                     float scale, Tensor y) {
+  constexpr const char* op = "signed_sqrt_dot";
+  check_tensor(op, "a", a);
+  check_tensor(op, "b", b);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "a", a, "b", b);
+  require(group > 0 && a.cols % group == 0 && y.rows == a.rows && y.cols == a.cols / group, op,
+          "y ", shape(y), " should have one column per group of ", group, " of a ", shape(a));
+  check_no_overlap(op, "a", a, "y", y);
+  check_no_overlap(op, "b", b, "y", y);
+  const VecKernels& v = vec();
+  for_groups(pool, a, y.cols, [&](int64_t r, int64_t g) {
+    const float d = v.dot(a.data + r * a.stride + g * group, b.data + r * b.stride + g * group, group) * scale;
+    const float m = std::sqrt(std::max(std::fabs(d), 1e-6f));
+    y.data[r * y.stride + g] = d > 0.0f ? m : d < 0.0f ? -m : 0.0f;
   });
 }
 
