@@ -527,6 +527,45 @@ TEST(CpuOps, AttentionSelected) {
                        "position 40");
 }
 
+// QSA indexer: per row, relu(q_h . key_b) summed over heads for its first counts[r] blocks.
+TEST(CpuOps, BlockScores) {
+  const int64_t T = 4, heads = 4, hd = 32, blocks = 9;
+  const float scale = 1.0f / std::sqrt(32.0f);
+  Floats q = random_floats(T * heads * hd, 111), keys = random_floats(blocks * hd, 112);
+  const std::vector<int32_t> counts{0, 3, 8, 9};
+  auto run = [&](Backend& be, bool one_row) {
+    Tensor qt = make(be, T, heads * hd, q), kt = make(be, blocks, hd, keys), y = be.alloc(T, blocks);
+    be.fill(y, 7.0f);
+    if (one_row) {
+      for (int64_t r = 0; r < T; ++r)
+        be.block_scores(qt.rows_view(r, 1), kt, std::span(counts).subspan(r, 1), heads, hd, scale,
+                        y.rows_view(r, 1));
+    } else {
+      be.block_scores(qt, kt, counts, heads, hd, scale, y);
+    }
+    return read(be, y);
+  };
+  Floats y = across_threads([&](Backend& be) { return std::vector<Floats>{run(be, false)}; })[0];
+  CpuBackend be(2);
+  EXPECT_TRUE(same_bits(run(be, true), y)) << "T-row window vs one-row calls";
+  std::vector<double> want(y.size(), 0.0);
+  for (int64_t r = 0; r < T; ++r)
+    for (int64_t b = 0; b < counts[r]; ++b) {
+      double sum = 0;
+      for (int64_t h = 0; h < heads; ++h) {
+        double d = 0;
+        for (int64_t j = 0; j < hd; ++j) d += double(q[(r * heads + h) * hd + j]) * keys[b * hd + j];
+        sum += std::max(0.0, d);
+      }
+      want[r * blocks + b] = sum * scale;
+    }
+  expect_near(y, want, 1e-5, 1e-6, "block_scores");
+  Tensor qt = make(be, T, heads * hd, q), kt = make(be, blocks, hd, keys), yt = be.alloc(T, blocks);
+  const std::vector<int32_t> too_many{0, 0, 0, 10};
+  expect_throws_naming([&] { be.block_scores(qt, kt, too_many, heads, hd, scale, yt); }, "count 10");
+  expect_throws_naming([&] { be.block_scores(qt, kt, counts, heads, 16, scale, yt); }, "block_scores");
+}
+
 // qwen4exp's PLE conv: taps `dilation` rows apart, a state of (K-1)*dilation rows.
 TEST(CpuOps, Conv1dDilatedSiluCarriesState) {
   const int64_t T = 11, C = 300, K = 4, D = 3, S = (K - 1) * D;

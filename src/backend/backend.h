@@ -113,6 +113,11 @@ class Backend {
                                   std::span<const int64_t> offsets, int64_t n_head,
                                   int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) = 0;
 
+  // QSA indexer block scores: y[r, b] = scale * sum_h relu(q[r, h] . keys[b]) for b < counts[r],
+  // 0 past it; q [T, n_head * head_dim], keys [blocks, head_dim], y [T, >= max count].
+  virtual void block_scores(const Tensor& q, const Tensor& keys, std::span<const int32_t> counts,
+                            int64_t n_head, int64_t head_dim, float scale, Tensor y) = 0;
+
   // Depthwise causal conv over time with a state of the previous kernel-1 rows, then silu:
   // y[t, c] = silu(sum_j w[c, j] * x_{t-kernel+1+j}[c]); the state is advanced by the window.
   virtual void conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Tensor y) = 0;

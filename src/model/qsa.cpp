@@ -7,8 +7,9 @@
 // positions only. With at most idx_top_k / B complete blocks it is dense causal attention; the
 // query itself is not kept when its block is complete and loses (docs/FIXTURES.md).
 //
-// Block selection runs on the host over downloads of the index queries and block keys (small:
-// T x heads x di and blocks x di); the restricted attention is the backend's attention_selected.
+// The backend scores the blocks (block_scores); the top-k runs on the host over the downloaded
+// scores (T x blocks), as the router's does, and the restricted attention is the backend's
+// attention_selected. Pooling a completed block reads its 4 raw keys back from the backend.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -52,31 +53,29 @@ struct Selection {
 
 Selection select_positions(Window& w, const LayerState& st, const Tensor& iq) {
   const ModelConfig& c = w.c;
-  const int64_t B = c.idx_block, di = c.idx_head_dim, hi = c.idx_heads, top = c.idx_top_k / B;
+  const int64_t B = c.idx_block, top = c.idx_top_k / B;
   const int64_t blocks = (w.pos.back() + 1) / B;
-  std::vector<float> q(size_t(w.T * hi * di)), keys(size_t(blocks * di));
-  w.be.download(iq, q.data());
-  if (blocks > 0) w.be.download(st.idx_blocks.rows_view(0, blocks), keys.data());
+  // scores = relu(q . block_key_states^T).sum over heads / sqrt(index_head_dim), complete blocks
+  std::vector<int32_t> counts(size_t(w.T));
+  for (int64_t t = 0; t < w.T; ++t) counts[size_t(t)] = int32_t((w.pos[size_t(t)] + 1) / B);
+  std::vector<float> scores(size_t(w.T * blocks));
+  if (blocks > 0) {
+    Tensor y = w.tmp(w.T, blocks);
+    w.be.block_scores(iq, st.idx_blocks.rows_view(0, blocks), counts, c.idx_heads, c.idx_head_dim,
+                      1.0f / std::sqrt(float(c.idx_head_dim)), y);
+    w.be.download(y, scores.data());
+  }
   Selection out;
-  std::vector<float> score;
   std::vector<int64_t> order;
   for (int64_t t = 0; t < w.T; ++t) {
-    const int64_t p = w.pos[size_t(t)], nb = (p + 1) / B;
-    score.assign(size_t(nb), 0.0f);
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int64_t h = 0; h < hi; ++h) {
-        float dot = 0.0f;
-        for (int64_t j = 0; j < di; ++j) dot += q[size_t((t * hi + h) * di + j)] * keys[size_t(b * di + j)];
-        score[size_t(b)] += std::max(dot, 0.0f);
-      }
-      score[size_t(b)] /= std::sqrt(float(di));
-    }
+    const int64_t p = w.pos[size_t(t)], nb = counts[size_t(t)];
+    const float* score = scores.data() + t * blocks;
     // scores.topk(min(block_topk, blocks)); ties (unspecified in torch) go to the earlier block.
     order.resize(size_t(nb));
     std::iota(order.begin(), order.end(), 0);
     const int64_t keep = std::min(top, nb);
     std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int64_t a, int64_t b) {
-      return score[size_t(a)] != score[size_t(b)] ? score[size_t(a)] > score[size_t(b)] : a < b;
+      return score[a] != score[b] ? score[a] > score[b] : a < b;
     });
     order.resize(size_t(keep));
     std::sort(order.begin(), order.end());

@@ -125,6 +125,10 @@ void CpuBackend::attention_selected(const Tensor& q, const Tensor& k_cache, cons
   cpu::attention_selected(pool_, q, k_cache, v_cache, selected, offsets, n_head, n_head_kv,
                           head_dim, scale, y);
 }
+void CpuBackend::block_scores(const Tensor& q, const Tensor& keys, std::span<const int32_t> counts,
+                              int64_t n_head, int64_t head_dim, float scale, Tensor y) {
+  cpu::block_scores(pool_, q, keys, counts, n_head, head_dim, scale, y);
+}
 void CpuBackend::conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Tensor y) {
   cpu::conv1d_silu(pool_, x, state, w, 1, y);
 }

@@ -57,6 +57,8 @@ class CpuBackend : public Backend {
                           std::span<const int32_t> selected, std::span<const int64_t> offsets,
                           int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale,
                           Tensor y) override;
+  void block_scores(const Tensor& q, const Tensor& keys, std::span<const int32_t> counts,
+                    int64_t n_head, int64_t head_dim, float scale, Tensor y) override;
   void conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Tensor y) override;
   void conv1d_dilated_silu(const Tensor& x, Tensor state, const Weight& w, int64_t dilation,
                            Tensor y) override;

@@ -127,4 +127,34 @@ void attention_selected(ThreadPool& pool, const Tensor& q, const Tensor& k_cache
       [&](int64_t r, int64_t i) { return int64_t(selected[size_t(offsets[size_t(r)] + i)]); });
 }
 
+void block_scores(ThreadPool& pool, const Tensor& q, const Tensor& keys,
+                  std::span<const int32_t> counts, int64_t n_head, int64_t head_dim, float scale,
+                  Tensor y) {
+  constexpr const char* op = "block_scores";
+  check_tensor(op, "q", q);
+  check_tensor(op, "keys", keys);
+  check_tensor(op, "y", y);
+  require(n_head > 0 && head_dim > 0 && q.cols == n_head * head_dim && keys.cols == head_dim, op,
+          "q ", shape(q), " and keys ", shape(keys), " do not fit ", n_head, " heads of ",
+          head_dim);
+  require(int64_t(counts.size()) == q.rows && y.rows == q.rows, op, counts.size(), " counts and y ",
+          shape(y), " for ", q.rows, " rows");
+  for (int32_t n : counts)
+    require(n >= 0 && n <= keys.rows && n <= y.cols, op, "count ", n, " exceeds the ", keys.rows,
+            " keys or the ", y.cols, " columns of y");
+  check_no_overlap(op, "q", q, "y", y);
+  check_no_overlap(op, "keys", keys, "y", y);
+  const VecKernels& v = vec();
+  for_tasks(pool, q.rows, q.rows * keys.rows * q.cols, [&](int64_t r) {
+    float* yr = y.data + r * y.stride;
+    for (int64_t b = 0; b < y.cols; ++b) {
+      float sum = 0.0f;
+      for (int64_t h = 0; b < counts[size_t(r)] && h < n_head; ++h)
+        sum += std::max(0.0f, v.dot(q.data + r * q.stride + h * head_dim,
+                                    keys.data + b * keys.stride, head_dim));
+      yr[b] = sum * scale;
+    }
+  });
+}
+
 }  // namespace strata::cpu
