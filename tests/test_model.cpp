@@ -14,6 +14,8 @@
 #include "gguf/gguf.h"
 #include "gguf_test_util.h"
 #include "model/model.h"
+#include "model/qwen4exp.h"
+#include "synth/presets.h"
 #include "synth/synth.h"
 #include "util/error.h"
 #include "util/npy.h"
@@ -158,6 +160,33 @@ TEST(ModelErrors, BadInputIsAClearError) {
             std::string::npos);
   EXPECT_EQ(st.n_past, 0);
   EXPECT_NE(error_of([&] { m->new_state(1 << 30); }).find("context_length"), std::string::npos);
+}
+
+// PLE n-gram ids: the same whether a sequence comes in one window or token by token (the history
+// carries across windows, an eos right before a window boundary included), and an n-gram never
+// reaches back across an eos.
+TEST(Qwen4ExpPle, NgramIdsResetAtEosAcrossWindows) {
+  ModelConfig c = synth::make_preset("tiny", Arch::Qwen4Exp, false).config;
+  c.ple_eos = 1;
+  c.finalize();
+  const std::vector<int32_t> tokens{5, 9, 1, 7, 8, 1, 1, 3, 4, 6};
+  for (int64_t k = 0; k < 2; ++k) {
+    const std::vector<int32_t> start(size_t(c.ple_ngram - 1), int32_t(c.ple_eos));
+    const std::vector<int32_t> whole = ple_ngram_ids(c, k, start, tokens);
+    std::vector<int32_t> history = start, one_by_one;
+    for (int32_t t : tokens) {
+      const auto ids = ple_ngram_ids(c, k, history, std::span(&t, 1));
+      one_by_one.insert(one_by_one.end(), ids.begin(), ids.end());
+      ple_advance_history(history, std::span(&t, 1));
+    }
+    EXPECT_EQ(whole, one_by_one) << "table " << k;
+    EXPECT_EQ(history, (std::vector<int32_t>{4, 6}));
+    // Token 7 follows an eos: its n-grams are those of 7 at the start of a sequence.
+    const int32_t seven = 7;
+    const auto fresh = ple_ngram_ids(c, k, start, std::span(&seven, 1));
+    const int64_t heads = c.ple_heads();
+    EXPECT_EQ(std::vector<int32_t>(whole.begin() + 3 * heads, whole.begin() + 4 * heads), fresh);
+  }
 }
 
 TEST(ModelErrors, ForeignArchitecture) {
