@@ -1,19 +1,17 @@
 #!/usr/bin/env bash
-# Builds strata and runs the main job on an embedded default: small synthetic models, synthesized
-# once into models/ and reused after. The flagship architecture (qwen4exp) is synthesized and
-# inspected; the generation runs on its Qwen3.5-MoE sibling until the qwen4exp forward pass lands
-# (docs/MODELS.md). The weights are random, so the text is too: the point is the pipeline and the
-# telemetry line.
+# Builds strata and runs the main job on an embedded default: a small synthetic model of the
+# flagship architecture (qwen4exp: hyper-connections, PLE n-gram tables, QSA, Gated DeltaNet,
+# 512-expert-style MoE at toy size), synthesized once into models/ and reused after, then a short
+# generation with its telemetry line. The weights are random, so the text is noise: the point is
+# the pipeline.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/build.sh" --target strata
 strata="${STRATA_BUILD_DIR:-$root/build}/strata"
-mkdir -p "$root/models"
-
-flagship="$root/models/demo-qwen4exp-tiny.gguf"
-[[ -f "$flagship" ]] || "$strata" synth --arch qwen4exp --preset tiny --seed 1 -o "$flagship"
-"$strata" inspect "$flagship" | sed -n '1,4p'
-
-model="$root/models/demo-qwen35moe-tiny.gguf"
-[[ -f "$model" ]] || "$strata" synth --arch qwen35moe --preset tiny --seed 1 -o "$model"
+model="$root/models/demo-qwen4exp-tiny.gguf"
+if [[ ! -f "$model" ]]; then
+  mkdir -p "$root/models"
+  "$strata" synth --arch qwen4exp --preset tiny --seed 1 -o "$model"
+fi
+"$strata" inspect "$model" | sed -n '1,4p'
 "$strata" run -m "$model" -p "Why do MoE experts stream well from an SSD?" --max-tokens 48 --seed 1
