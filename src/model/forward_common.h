@@ -70,6 +70,16 @@ Tensor norm(Window& w, const Tensor& x, const backend::Weight& g);
 // Qwen3NextGatedDeltaNet (qwen3next.cpp; qwen4exp uses it too): x [T, n_embd] -> [T, n_embd].
 Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x);
 
+// Qwen3Next-style gated attention up to the attention itself (qwen3next.cpp; QSA reuses it):
+// q_proj split per head into query and gate, q/k RMSNorm, partial NeoX rope, the window's k and v
+// written to the layer's cache. Returns q and the gate.
+struct GatedQuery {
+  Tensor q, gate;
+};
+GatedQuery gated_query(Window& w, int64_t il, const Tensor& x);
+// attn_output * sigmoid(gate), then o_proj.
+Tensor gated_output(Window& w, int64_t il, Tensor o, const Tensor& gate);
+
 // SparseMoeBlock: softmax router, top-k experts from the ExpertSource, plus the shared expert
 // scaled by sigmoid(shared_expert_gate(x)) when the layer has one.
 Tensor moe(Window& w, int64_t il, const Tensor& x);

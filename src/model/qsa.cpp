@@ -108,28 +108,12 @@ Tensor sparse_attention(Window& w, int64_t il, const Tensor& x) {
   update_blocks(w, L, st);
   const Selection sel = select_positions(w, st, iq);
 
-  Tensor q_gate = w.tmp(w.T, 2 * h * d);
-  be.matmul(L.attn_q, x, q_gate);  // q_proj(hidden_states)
-  Tensor q = w.tmp(w.T, h * d), gate = w.tmp(w.T, h * d);
-  const int64_t widths[] = {d, d};
-  Tensor parts[] = {q, gate};
-  be.split_groups(q_gate, h, widths, parts);  // torch.chunk(.view(..., head_dim * 2), 2, dim=-1)
-  be.rms_norm(q, &L.attn_q_norm, d, eps, q);  // q_norm(query_states)
-  Tensor k = w.tmp(w.T, g * d), v = w.tmp(w.T, g * d);
-  be.matmul(L.attn_k, x, k);
-  be.rms_norm(k, &L.attn_k_norm, d, eps, k);  // k_norm(k_proj(hidden_states))
-  be.matmul(L.attn_v, x, v);                  // v_proj(hidden_states)
-  be.rope_neox(q, w.pos, d, c.rope_dim, theta);  // apply_rotary_pos_emb
-  be.rope_neox(k, w.pos, d, c.rope_dim, theta);
-  be.kv_write(st.k_cache, st.v_cache, k, v, w.pos);  // past_key_values.update
+  const GatedQuery qg = gated_query(w, il, x);
   Tensor o = w.tmp(w.T, h * d);
   // attention_interface(..., attention_mask & selected_token_mask)
-  be.attention_selected(q, st.k_cache, st.v_cache, sel.selected, sel.offsets, h, g, d,
+  be.attention_selected(qg.q, st.k_cache, st.v_cache, sel.selected, sel.offsets, h, g, d,
                         1.0f / std::sqrt(float(d)), o);
-  be.mul_sigmoid(o, gate, o);  // attn_output * torch.sigmoid(gate)
-  Tensor out = w.tmp(w.T, c.n_embd);
-  be.matmul(L.attn_output, o, out);  // o_proj(attn_output)
-  return out;
+  return gated_output(w, il, o, qg.gate);
 }
 
 }  // namespace strata::model

@@ -20,32 +20,13 @@ namespace {
 // Qwen3NextAttention.forward: gated attention, partial NeoX rope.
 Tensor gated_attention(Window& w, int64_t il, const Tensor& x) {
   const ModelConfig& c = w.c;
-  const LayerWeights& L = w.w.layers[size_t(il)];
   LayerState& st = w.state.layers[size_t(il)];
-  backend::Backend& be = w.be;
-  const int64_t h = c.n_head, g = c.n_head_kv, d = c.head_dim;
-  const float eps = float(c.rms_eps);
-
-  Tensor q_gate = w.tmp(w.T, 2 * h * d);
-  be.matmul(L.attn_q, x, q_gate);  // q_proj(hidden_states)
-  Tensor q = w.tmp(w.T, h * d), gate = w.tmp(w.T, h * d);
-  const int64_t widths[] = {d, d};
-  Tensor parts[] = {q, gate};
-  be.split_groups(q_gate, h, widths, parts);  // torch.chunk(.view(..., head_dim * 2), 2, dim=-1)
-  be.rms_norm(q, &L.attn_q_norm, d, eps, q);  // q_norm(query_states)
-  Tensor k = w.tmp(w.T, g * d), v = w.tmp(w.T, g * d);
-  be.matmul(L.attn_k, x, k);
-  be.rms_norm(k, &L.attn_k_norm, d, eps, k);                   // k_norm(k_proj(hidden_states))
-  be.matmul(L.attn_v, x, v);                                   // v_proj(hidden_states)
-  be.rope_neox(q, w.pos, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
-  be.rope_neox(k, w.pos, d, c.rope_dim, float(c.rope_theta));
-  be.kv_write(st.k_cache, st.v_cache, k, v, w.pos);  // past_key_values.update
-  Tensor o = w.tmp(w.T, h * d);
-  be.attention(q, st.k_cache, st.v_cache, w.pos, h, g, d, 1.0f / std::sqrt(float(d)), o);
-  be.mul_sigmoid(o, gate, o);  // attn_output * torch.sigmoid(gate)
-  Tensor out = w.tmp(w.T, c.n_embd);
-  be.matmul(L.attn_output, o, out);  // o_proj(attn_output)
-  return out;
+  const int64_t d = c.head_dim;
+  const GatedQuery qg = gated_query(w, il, x);
+  Tensor o = w.tmp(w.T, c.n_head * d);
+  w.be.attention(qg.q, st.k_cache, st.v_cache, w.pos, c.n_head, c.n_head_kv, d,
+                 1.0f / std::sqrt(float(d)), o);
+  return gated_output(w, il, o, qg.gate);
 }
 
 // b and a, [T, Gv] each, in the value-head order of the file.
@@ -98,6 +79,38 @@ Tensor repeat_to_value_heads(Window& w, const Tensor& x) {
 }
 
 }  // namespace
+
+GatedQuery gated_query(Window& w, int64_t il, const Tensor& x) {
+  const ModelConfig& c = w.c;
+  const LayerWeights& L = w.w.layers[size_t(il)];
+  LayerState& st = w.state.layers[size_t(il)];
+  backend::Backend& be = w.be;
+  const int64_t h = c.n_head, g = c.n_head_kv, d = c.head_dim;
+  const float eps = float(c.rms_eps);
+
+  Tensor q_gate = w.tmp(w.T, 2 * h * d);
+  be.matmul(L.attn_q, x, q_gate);  // q_proj(hidden_states)
+  Tensor q = w.tmp(w.T, h * d), gate = w.tmp(w.T, h * d);
+  const int64_t widths[] = {d, d};
+  Tensor parts[] = {q, gate};
+  be.split_groups(q_gate, h, widths, parts);  // torch.chunk(.view(..., head_dim * 2), 2, dim=-1)
+  be.rms_norm(q, &L.attn_q_norm, d, eps, q);  // q_norm(query_states)
+  Tensor k = w.tmp(w.T, g * d), v = w.tmp(w.T, g * d);
+  be.matmul(L.attn_k, x, k);
+  be.rms_norm(k, &L.attn_k_norm, d, eps, k);                   // k_norm(k_proj(hidden_states))
+  be.matmul(L.attn_v, x, v);                                   // v_proj(hidden_states)
+  be.rope_neox(q, w.pos, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
+  be.rope_neox(k, w.pos, d, c.rope_dim, float(c.rope_theta));
+  be.kv_write(st.k_cache, st.v_cache, k, v, w.pos);  // past_key_values.update
+  return {q, gate};
+}
+
+Tensor gated_output(Window& w, int64_t il, Tensor o, const Tensor& gate) {
+  w.be.mul_sigmoid(o, gate, o);  // attn_output * torch.sigmoid(gate)
+  Tensor out = w.tmp(w.T, w.c.n_embd);
+  w.be.matmul(w.w.layers[size_t(il)].attn_output, o, out);  // o_proj(attn_output)
+  return out;
+}
 
 // Qwen3NextGatedDeltaNet.forward
 Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
