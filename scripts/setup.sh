@@ -10,6 +10,9 @@ packages=(
   libcli11-dev                   # command-line parsing
   nlohmann-json3-dev             # JSON (benchmark output, tokenizer.json, server)
   libxxhash-dev                  # checksums (expert pack records)
+  liburing-dev                   # expert reads through io_uring (pread fallback without it)
+  libcpp-httplib-dev             # HTTP server (strata serve) and its loopback tests
+  chromium                       # headless browser test of the server's chat page
   libpcre2-dev                   # tokenizer: pre-tokenizer regex
   libutf8proc-dev                # tokenizer: NFC normalization
   clang libclang-rt-14-dev       # libFuzzer targets in fuzz/
