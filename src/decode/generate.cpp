@@ -113,7 +113,13 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
 
   const auto prefill_start = Clock::now();
   std::vector<float> logits;
+  const auto stop_requested = [&] { return params.should_stop && params.should_stop(); };
   for (int64_t first = reused; first < int64_t(prompt.size()); first += params.batch) {
+    if (stop_requested()) {
+      result.finish = FinishReason::Cancelled;
+      tm.prefill_seconds = seconds_since(prefill_start);
+      return result;
+    }
     const int64_t count = std::min(params.batch, int64_t(prompt.size()) - first);
     const auto window = prompt.subspan(size_t(first), size_t(count));
     logits = model_.forward(window, state_, model::LogitsMode::Last);
@@ -140,6 +146,11 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   };
 
   while (int64_t(result.tokens.size()) < params.max_tokens) {
+    if (stop_requested()) {
+      result.finish = FinishReason::Cancelled;
+      break;
+    }
+    if (params.logits_filter) params.logits_filter(logits);
     const int32_t id = sampler.sample(logits, history);
     if (is_end(id)) {
       result.finish = FinishReason::Eos;
@@ -147,6 +158,7 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
     }
     result.tokens.push_back(id);
     history.push_back(id);
+    if (params.on_token) params.on_token(id);
     emit(stops.feed(detok.push(uint32_t(id))));
     if (stops.stopped()) {
       result.finish = FinishReason::Stop;

@@ -24,6 +24,17 @@ struct GenerateParams {
   int64_t batch = 512;  // rows per prefill window
   std::vector<std::string> stop;
 
+  // Polled before every forward (each prefill window and each decoded token); returning true ends
+  // the call with FinishReason::Cancelled. A server ends a dropped client's or an expired
+  // request's generation here.
+  std::function<bool()> should_stop;
+  // Edits each step's logits (n_vocab entries) in place before sampling: a constrained decoder
+  // sets the tokens it forbids to -infinity here.
+  std::function<void(std::span<float> logits)> logits_filter;
+  // Sees each sampled token that the output keeps (not the end-of-generation token), after it is
+  // sampled and before the next step's logits_filter, so a constraint can advance its state.
+  std::function<void(int32_t id)> on_token;
+
   // Throws strata::Error naming the parameter that is out of range.
   void validate() const;
 };
@@ -49,7 +60,7 @@ struct Telemetry {
 // stall - ms/tok"; ", 120 reused" follows the prompt count when the state was reused.
 std::string format_telemetry(const Telemetry& t);
 
-enum class FinishReason { Eos, Stop, Length };
+enum class FinishReason { Eos, Stop, Length, Cancelled };
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // sampled ids, the end-of-generation token excluded
