@@ -8,8 +8,12 @@ namespace strata::cli {
 void add_convert_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_logits_command(CLI::App& app);
+void add_pack_command(CLI::App& app);
+void add_replay_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
+void add_trace_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 
 }  // namespace strata::cli

@@ -15,8 +15,12 @@ int main(int argc, char** argv) {
   strata::cli::add_convert_command(app);
   strata::cli::add_inspect_command(app);
   strata::cli::add_logits_command(app);
+  strata::cli::add_pack_command(app);
+  strata::cli::add_replay_command(app);
   strata::cli::add_run_command(app);
+  strata::cli::add_serve_command(app);
   strata::cli::add_synth_command(app);
+  strata::cli::add_trace_command(app);
   strata::cli::add_tokenize_command(app);
   try {
     app.parse(argc, argv);

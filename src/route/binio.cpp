@@ -1,0 +1,77 @@
+#include "route/binio.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+
+namespace strata::route {
+
+void ByteWriter::put_string(const std::string& s) {
+  put(uint32_t(s.size()));
+  bytes_.insert(bytes_.end(), s.begin(), s.end());
+}
+
+void ByteReader::need(size_t n, const char* field) const {
+  if (remaining() < n)
+    fail_at("truncated: ", field, " needs ", n, " bytes but only ", remaining(), " remain");
+}
+
+std::string ByteReader::get_string(const char* field, uint32_t max_len) {
+  const auto len = get<uint32_t>(field);
+  if (len > max_len) fail_at(field, " is ", len, " bytes long (at most ", max_len, ")");
+  const auto raw = take(len, field);
+  return std::string(raw.begin(), raw.end());
+}
+
+std::span<const uint8_t> ByteReader::take(size_t n, const char* field) {
+  need(n, field);
+  const auto out = bytes_.subspan(pos_, n);
+  pos_ += n;
+  return out;
+}
+
+uint64_t checksum(std::span<const uint8_t> bytes) { return XXH64(bytes.data(), bytes.size(), 0); }
+
+std::vector<uint8_t> read_whole_file(const std::string& path, const char* kind) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(kind, " ", path, ": cannot open: ", std::strerror(errno));
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail(kind, " ", path, ": read failed");
+  return bytes;
+}
+
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes, const char* kind) {
+  const std::string tmp = cat(path, ".tmp.", ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(kind, " ", path, ": cannot create ", tmp, ": ", std::strerror(errno));
+  auto give_up = [&](const char* step) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail(kind, " ", path, ": ", step, " ", tmp, " failed: ", std::strerror(err));
+  };
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) give_up("writing");
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0) give_up("syncing");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail(kind, " ", path, ": closing ", tmp, " failed: ", std::strerror(err));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail(kind, " ", path, ": renaming ", tmp, " over it failed: ", std::strerror(err));
+  }
+}
+
+}  // namespace strata::route

@@ -1,0 +1,89 @@
+// Little-endian byte encoding for the small route files (traces, usage history, expert profile):
+// a growable writer, a bounds-checked reader whose errors name the file and the field, whole-file
+// reads and atomic replacement (temp file, fsync, rename), so a crash never leaves half a file.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "util/error.h"
+
+namespace strata::route {
+
+static_assert(std::endian::native == std::endian::little, "route files are little-endian");
+
+class ByteWriter {
+ public:
+  template <typename T>
+  void put(T value) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const uint8_t*>(&value);
+    bytes_.insert(bytes_.end(), p, p + sizeof(T));
+  }
+  template <typename T>
+  void put_all(std::span<const T> values) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const uint8_t*>(values.data());
+    bytes_.insert(bytes_.end(), p, p + values.size_bytes());
+  }
+  // u32 length, then the bytes.
+  void put_string(const std::string& s);
+  std::vector<uint8_t>& bytes() { return bytes_; }
+  const std::vector<uint8_t>& bytes() const { return bytes_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+class ByteReader {
+ public:
+  // `source` names the file in every error.
+  ByteReader(std::span<const uint8_t> bytes, std::string source)
+      : bytes_(bytes), source_(std::move(source)) {}
+
+  template <typename T>
+  T get(const char* field) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    need(sizeof(T), field);
+    T value;
+    std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return value;
+  }
+  // A u32 length (at most max_len) and that many bytes.
+  std::string get_string(const char* field, uint32_t max_len);
+  std::span<const uint8_t> take(size_t n, const char* field);
+
+  size_t offset() const { return pos_; }
+  size_t remaining() const { return bytes_.size() - pos_; }
+  const std::string& source() const { return source_; }
+
+  template <typename... Parts>
+  [[noreturn]] void fail_at(Parts&&... parts) const {
+    fail(source_, ": ", std::forward<Parts>(parts)..., " (at byte ", pos_, ")");
+  }
+
+ private:
+  void need(size_t n, const char* field) const;
+
+  std::span<const uint8_t> bytes_;
+  std::string source_;
+  size_t pos_ = 0;
+};
+
+// XXH64 with seed 0.
+uint64_t checksum(std::span<const uint8_t> bytes);
+
+// The whole file; `kind` ("routing trace", ...) goes into the error when it cannot be read.
+std::vector<uint8_t> read_whole_file(const std::string& path, const char* kind);
+
+// Writes `bytes` to path.tmp.PID, fsyncs it and renames it over `path`: readers see the old file or
+// the new one, never a mix. The temp file is removed when any step fails.
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes, const char* kind);
+
+}  // namespace strata::route
