@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -13,13 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/cpu_backend.h"
-#include "chat/chat.h"
 #include "cli/commands.h"
 #include "decode/generate.h"
-#include "model/model.h"
-#include "tokenizer/tokenizer.h"
-#include "tokenizer/vocab.h"
+#include "decode/loaded_model.h"
 #include "util/error.h"
 
 namespace strata::cli {
@@ -42,15 +37,9 @@ struct RunOptions {
 // messages, or with --raw the plain transcript.
 class Conversation {
  public:
-  Conversation(const RunOptions& o, const tokenizer::Tokenizer& tok) : opts_(o), tok_(tok) {
-    const auto& vocab = tok.vocab();
-    if (!o.raw) {
-      if (vocab.chat_template.empty())
-        fail(o.model, " has no chat template; pass --raw to send the prompt as it is");
-      template_.emplace(vocab.chat_template);
-    }
-    if (vocab.bos) bos_ = tok.piece(*vocab.bos);
-    if (vocab.eos) eos_ = tok.piece(*vocab.eos);
+  Conversation(const RunOptions& o, const decode::LoadedModel& lm) : opts_(o), lm_(lm) {
+    if (!o.raw && !lm.has_chat_template())
+      fail(o.model, " has no chat template; pass --raw to send the prompt as it is");
     if (o.think) extra_["enable_thinking"] = *o.think;
     clear();
   }
@@ -63,10 +52,9 @@ class Conversation {
     } else {
       auto messages = messages_;
       messages.push_back({{"role", "user"}, {"content", user}});
-      text = chat::render_chat(*template_, messages, nullptr, true, extra_, bos_, eos_);
+      text = lm_.render_chat(messages, nullptr, true, extra_);
     }
-    const auto ids = tok_.encode(text);
-    return {ids.begin(), ids.end()};
+    return lm_.encode(text);
   }
 
   void add_turn(const std::string& user, const std::string& reply) {
@@ -86,12 +74,10 @@ class Conversation {
 
  private:
   const RunOptions& opts_;
-  const tokenizer::Tokenizer& tok_;
-  std::optional<chat::Template> template_;
+  const decode::LoadedModel& lm_;
   nlohmann::ordered_json messages_;
   nlohmann::ordered_json extra_ = nlohmann::ordered_json::object();
   std::string transcript_;
-  std::string bos_, eos_;
 };
 
 void print_piece(const std::string& piece) {
@@ -144,16 +130,10 @@ void chat_loop(decode::Session& session, Conversation& conv, const RunOptions& o
 
 void run_run(const RunOptions& o) {
   o.gen.validate();
-  if (!std::filesystem::exists(o.model)) fail("model file '", o.model, "' does not exist");
-  if (o.ctx < 1) fail("--ctx: ", o.ctx, " must be at least 1");
-
-  backend::CpuBackend backend(o.threads);
-  auto model = model::Model::load(o.model, backend);
-  if (o.ctx > model->config().n_ctx)
-    fail("--ctx: ", o.ctx, " exceeds the model's context of ", model->config().n_ctx);
-  const tokenizer::Tokenizer tok(tokenizer::read_vocab_metadata(model->reader()));
-  Conversation conv(o, tok);
-  decode::Session session(*model, tok, {.n_ctx = o.ctx, .snapshot_prompt = !o.one_shot});
+  decode::LoadedModel lm({.path = o.model, .threads = o.threads, .ctx = o.ctx});
+  Conversation conv(o, lm);
+  decode::Session session(lm.model(), lm.tokenizer(),
+                          {.n_ctx = o.ctx, .snapshot_prompt = !o.one_shot});
 
   if (!o.one_shot) {
     chat_loop(session, conv, o);

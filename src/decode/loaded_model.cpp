@@ -1,0 +1,39 @@
+#include "decode/loaded_model.h"
+
+#include <filesystem>
+
+#include "chat/chat.h"
+#include "tokenizer/vocab.h"
+#include "util/error.h"
+
+namespace strata::decode {
+
+LoadedModel::LoadedModel(const LoadOptions& options) : path_(options.path), ctx_(options.ctx) {
+  if (!std::filesystem::exists(path_)) fail("model file '", path_, "' does not exist");
+  if (ctx_ < 1) fail("--ctx: ", ctx_, " must be at least 1");
+  backend_ = std::make_unique<backend::CpuBackend>(options.threads);
+  model_ = model::Model::load(path_, *backend_);
+  if (ctx_ > model_->config().n_ctx)
+    fail("--ctx: ", ctx_, " exceeds the model's context of ", model_->config().n_ctx);
+  tokenizer_ =
+      std::make_unique<tokenizer::Tokenizer>(tokenizer::read_vocab_metadata(model_->reader()));
+  const auto& vocab = tokenizer_->vocab();
+  if (!vocab.chat_template.empty()) template_.emplace(vocab.chat_template);
+  if (vocab.bos) bos_ = tokenizer_->piece(*vocab.bos);
+  if (vocab.eos) eos_ = tokenizer_->piece(*vocab.eos);
+}
+
+std::string LoadedModel::render_chat(const nlohmann::ordered_json& messages,
+                                     const nlohmann::ordered_json& tools,
+                                     bool add_generation_prompt,
+                                     const nlohmann::ordered_json& extra) const {
+  if (!template_) fail(path_, " has no chat template");
+  return chat::render_chat(*template_, messages, tools, add_generation_prompt, extra, bos_, eos_);
+}
+
+std::vector<int32_t> LoadedModel::encode(const std::string& text) const {
+  const auto ids = tokenizer_->encode(text);
+  return {ids.begin(), ids.end()};
+}
+
+}  // namespace strata::decode

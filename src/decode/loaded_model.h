@@ -1,0 +1,59 @@
+// A model ready to generate from: the CPU backend, the weights, the tokenizer from the file's
+// metadata and its chat template parsed once. `strata run` and `strata serve` both start here,
+// so the flags they share (model path, threads, context) are checked in one place.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_backend.h"
+#include "chat/template.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata::decode {
+
+struct LoadOptions {
+  std::string path;
+  int threads = 0;     // 0: one per hardware thread
+  int64_t ctx = 4096;  // context positions a session gets
+};
+
+class LoadedModel {
+ public:
+  // Throws strata::Error for a missing file, a bad model, or a context below 1 or above the
+  // model's own (the messages name the --ctx flag, which is where the value comes from).
+  explicit LoadedModel(const LoadOptions& options);
+
+  model::Model& model() { return *model_; }
+  const model::Model& model() const { return *model_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const std::string& path() const { return path_; }
+  int64_t ctx() const { return ctx_; }
+
+  bool has_chat_template() const { return template_.has_value(); }
+  // The model's chat template over OpenAI-style messages (see chat/chat.h), with the file's
+  // bos/eos tokens. Throws strata::Error when the model has no template or rendering fails.
+  std::string render_chat(const nlohmann::ordered_json& messages,
+                          const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                          const nlohmann::ordered_json& extra) const;
+
+  // Text -> token ids with special tokens parsed, as prompts are.
+  std::vector<int32_t> encode(const std::string& text) const;
+
+ private:
+  std::string path_;
+  int64_t ctx_;
+  std::unique_ptr<backend::CpuBackend> backend_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::optional<chat::Template> template_;
+  std::string bos_, eos_;
+};
+
+}  // namespace strata::decode

@@ -1,0 +1,59 @@
+// OpenAI response objects and Server-Sent Events framing: chat.completion and
+// chat.completion.chunk, text_completion (streamed the same way), usage with the prompt cache's
+// reused tokens as prompt_tokens_details.cached_tokens.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "decode/generate.h"
+
+namespace strata::server {
+
+using Json = nlohmann::ordered_json;
+
+struct Usage {
+  int64_t prompt_tokens = 0;  // the whole prompt
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens the state already held
+};
+
+Usage usage_of(const decode::Telemetry& t);
+Json usage_json(const Usage& u);
+
+// OpenAI's finish_reason: "stop" (end token or stop string), "length" (max_tokens, the context,
+// the request's time limit or a shutdown), "tool_calls" when the reply holds tool calls.
+std::string finish_reason(decode::FinishReason f, bool tool_calls);
+
+// What every response object carries.
+struct ResponseHeader {
+  std::string id;  // "chatcmpl-..." / "cmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+
+// A fresh response header: a random id with `prefix` and the current time.
+ResponseHeader new_header(const std::string& prefix, const std::string& model);
+
+Json chat_completion(const ResponseHeader& h, const Json& message, const std::string& finish,
+                     const Usage& usage);
+// `finish` empty: null (every chunk but the last). The usage chunk is the extra last one of
+// stream_options.include_usage (choices empty).
+Json chat_chunk(const ResponseHeader& h, const Json& delta, const std::string& finish);
+Json chat_usage_chunk(const ResponseHeader& h, const Usage& usage);
+
+Json text_completion(const ResponseHeader& h, const std::string& text, const std::string& finish,
+                     const Usage& usage);
+Json text_chunk(const ResponseHeader& h, const std::string& text, const std::string& finish);
+Json text_usage_chunk(const ResponseHeader& h, const Usage& usage);
+
+// JSON text; invalid UTF-8 from the model is replaced (U+FFFD) rather than thrown on.
+std::string to_text(const Json& j);
+// "data: <json>\n\n"
+std::string sse_event(const Json& j);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+}  // namespace strata::server

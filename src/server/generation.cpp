@@ -1,0 +1,268 @@
+#include "server/generation.h"
+
+#include <cstdio>
+#include <random>
+
+#include "server/api_error.h"
+#include "server/encode.h"
+#include "util/error.h"
+
+namespace strata::server {
+
+namespace {
+
+// How long a response may stay silent. A write is the only way to learn that the client has
+// gone, so a quiet stretch (a long prefill, a wait in the queue) still writes something: an SSE
+// comment, or a space before a JSON body, which JSON parsers skip.
+constexpr auto kHeartbeat = std::chrono::seconds(1);
+
+// Not "application/json" exactly: httplib gzips that content type, and a compressor would hold
+// the heartbeat bytes back. text/event-stream is never compressed.
+constexpr const char* kJsonType = "application/json; charset=utf-8";
+constexpr const char* kSseType = "text/event-stream";
+
+std::string generation_label(const decode::GenerateResult& r, bool client_gone) {
+  if (client_gone) return "cancelled";
+  switch (r.finish) {
+    case decode::FinishReason::Eos:
+    case decode::FinishReason::Stop: return "stop";
+    case decode::FinishReason::Length: return "length";
+    case decode::FinishReason::Cancelled: return "timeout";
+  }
+  return "stop";
+}
+
+ApiError internal_error(const std::string& what) {
+  return ApiError(500, cat("The generation failed: ", what), "", "internal_error", "server_error");
+}
+
+// What a response needs from a finished job: its result, or the error to report.
+const decode::GenerateResult& finished(const Job& job) {
+  if (!job.result()) throw internal_error(job.error());
+  return *job.result();
+}
+
+// How a response is written while its job runs.
+struct Writer {
+  const char* content_type;
+  std::string opening;    // written at once
+  std::string heartbeat;  // written after kHeartbeat without news
+  std::function<std::string(const std::string& text)> part;  // a batch of streamed text
+  std::function<std::string(const Job& job)> closing;       // once the job is done
+};
+
+// Drives a started job to the client. A failed write cancels the job.
+void respond(httplib::Response& res, std::shared_ptr<Job> job, Writer writer) {
+  res.set_header("Cache-Control", "no-cache");
+  const char* content_type = writer.content_type;
+  res.set_chunked_content_provider(
+      content_type,
+      [job, writer = std::move(writer)](size_t, httplib::DataSink& sink) {
+        const auto& opening = writer.opening;
+        if (!opening.empty() && !sink.write(opening.data(), opening.size())) {
+          job->cancel();
+          return false;
+        }
+        std::vector<std::string> pieces;
+        for (bool more = true; more;) {
+          pieces.clear();
+          more = job->next(pieces, Clock::now() + kHeartbeat);
+          std::string text;
+          for (const auto& p : pieces) text += p;
+          std::string out = !text.empty() ? writer.part(text) : more ? writer.heartbeat : "";
+          if (!more) out += writer.closing(*job);
+          if (!out.empty() && !sink.write(out.data(), out.size())) {
+            job->cancel();
+            return false;
+          }
+        }
+        sink.done();
+        return true;
+      },
+      [job](bool success) {
+        if (!success) job->cancel();
+      });
+}
+
+// A non-streaming response: spaces while the job runs, then the JSON body from the result.
+Writer json_writer(std::function<Json(const decode::GenerateResult&)> body) {
+  return {kJsonType, "", " ", [](const std::string&) { return std::string(" "); },
+          [body = std::move(body)](const Job& done) {
+            try {
+              return to_text(body(finished(done)));
+            } catch (const ApiError& e) {
+              return to_text(error_body(e));
+            }
+          }};
+}
+
+// A streaming response: `opening`, one chunk per batch of text, a last chunk carrying the
+// finish reason, the usage chunk when asked for, then [DONE]. A failed generation ends with an
+// error event instead, as OpenAI's streams do.
+Writer sse_writer(std::string opening, std::function<Json(const std::string& text)> chunk,
+                  std::function<Json(const std::string& finish)> last,
+                  std::function<Json(const Usage& usage)> usage_chunk) {
+  return {kSseType, std::move(opening), ": keep-alive\n\n",
+          [chunk = std::move(chunk)](const std::string& text) { return sse_event(chunk(text)); },
+          [last = std::move(last), usage_chunk = std::move(usage_chunk)](const Job& done) {
+            if (!done.result()) return sse_event(error_body(internal_error(done.error())));
+            const auto& result = *done.result();
+            std::string out = sse_event(last(finish_reason(result.finish, false)));
+            if (usage_chunk) out += sse_event(usage_chunk(usage_of(result.telemetry)));
+            return out + kSseDone;
+          }};
+}
+
+}  // namespace
+
+Generation::Generation(decode::LoadedModel& model, Metrics& metrics, GenerationOptions options)
+    : model_(model),
+      metrics_(metrics),
+      options_(std::move(options)),
+      limits_{options_.model_id, model.model().config().n_vocab},
+      session_(model.model(), model.tokenizer(), {.n_ctx = model.ctx(), .snapshot_prompt = true}),
+      scheduler_(options_.queue) {}
+
+LiveGauges Generation::gauges() const {
+  return {scheduler_.queued(), scheduler_.capacity(), scheduler_.running()};
+}
+
+decode::GenerateParams Generation::params_for(const GenerationRequest& r,
+                                              size_t prompt_tokens) const {
+  const int64_t ctx = model_.ctx();
+  const int64_t n = int64_t(prompt_tokens);
+  if (n == 0) throw ApiError(400, "The prompt is empty: there is nothing to continue.", "prompt",
+                             "empty_prompt");
+  if (n >= ctx || (r.max_tokens_given && r.gen.max_tokens > ctx - n))
+    throw ApiError(400,
+                   cat("This model's maximum context length is ", ctx, " tokens. However, you "
+                       "requested ", r.max_tokens_given ? cat(n + r.gen.max_tokens) : cat(n),
+                       " tokens (", n, " in the prompt",
+                       r.max_tokens_given ? cat(", ", r.gen.max_tokens, " in the completion") : "",
+                       "). Please shorten the prompt or lower max_tokens."),
+                   "messages", "context_length_exceeded");
+  decode::GenerateParams gen = r.gen;
+  gen.batch = options_.batch;
+  // Without a seed every request samples differently, as clients expect; with one it is
+  // reproducible.
+  gen.sampling.seed = r.seed ? *r.seed : std::random_device{}();
+  if (!r.logit_bias.empty())
+    gen.logits_filter = [bias = r.logit_bias](std::span<float> logits) {
+      for (const auto& [id, b] : bias) logits[size_t(id)] += b;
+    };
+  return gen;
+}
+
+std::shared_ptr<Job> Generation::start(const std::vector<int32_t>& prompt,
+                                       decode::GenerateParams gen, Clock::time_point deadline) {
+  auto job = std::make_shared<Job>(
+      [this, prompt, gen = std::move(gen)](Job& self) mutable {
+        gen.should_stop = [&self] { return self.should_stop(); };
+        auto result = session_.generate(prompt, gen, [&self](const std::string& piece) {
+          self.emit(piece);
+        });
+        metrics_.count_generation(result.telemetry, generation_label(result, self.cancelled()));
+        std::fprintf(stderr, "[strata] %s\n", decode::format_telemetry(result.telemetry).c_str());
+        return result;
+      },
+      deadline);
+  switch (scheduler_.submit(job)) {
+    case Scheduler::Admission::Accepted: break;
+    case Scheduler::Admission::Full:
+      metrics_.count_rejection();
+      throw ApiError(429,
+                     cat("The server is busy: ", scheduler_.capacity(),
+                         " requests are already waiting. Retry later."),
+                     "", "queue_full", "rate_limit_error");
+    case Scheduler::Admission::Closed:
+      throw ApiError(503, "The server is shutting down.", "", "shutting_down", "server_error");
+  }
+  if (job->wait_started(deadline) == Job::Phase::Queued || job->dropped()) {
+    job->cancel();
+    if (job->dropped() && !job->expired())
+      throw ApiError(503, "The server is shutting down.", "", "shutting_down", "server_error");
+    throw ApiError(503,
+                   cat("The request waited ", options_.timeout_s,
+                       " s (--timeout) in the queue without starting."),
+                   "", "queue_timeout", "server_error");
+  }
+  return job;
+}
+
+void Generation::chat(const httplib::Request& req, httplib::Response& res) {
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(options_.timeout_s));
+  ChatRequest r = parse_chat_request(req.body, limits_);
+  std::string text;
+  try {
+    text = model_.render_chat(r.messages, r.tools, true, r.template_kwargs);
+  } catch (const Error& e) {
+    throw ApiError(400, cat("The messages do not fit the model's chat template: ", e.what()),
+                   "messages", "invalid_value");
+  }
+  const auto prompt = model_.encode(text);
+  auto job = start(prompt, params_for(r, prompt.size()), deadline);
+  const ResponseHeader head = new_header("chatcmpl-", options_.model_id);
+  if (!r.stream) {
+    respond(res, job, json_writer([head](const decode::GenerateResult& result) {
+              const Json message = {{"role", "assistant"}, {"content", result.text}};
+              return chat_completion(head, message, finish_reason(result.finish, false),
+                                     usage_of(result.telemetry));
+            }));
+    return;
+  }
+  respond(res, job,
+          sse_writer(
+              sse_event(chat_chunk(head, {{"role", "assistant"}, {"content", ""}}, "")),
+              [head](const std::string& text) {
+                return chat_chunk(head, {{"content", text}}, "");
+              },
+              [head](const std::string& finish) {
+                return chat_chunk(head, Json::object(), finish);
+              },
+              r.include_usage ? std::function([head](const Usage& u) {
+                return chat_usage_chunk(head, u);
+              })
+                              : nullptr));
+}
+
+void Generation::completion(const httplib::Request& req, httplib::Response& res) {
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(options_.timeout_s));
+  CompletionRequest r = parse_completion_request(req.body, limits_);
+  std::vector<int32_t> prompt;
+  std::string echo;
+  if (r.prompt_tokens) {
+    prompt = *r.prompt_tokens;
+    if (r.echo) {
+      const std::vector<uint32_t> ids(prompt.begin(), prompt.end());
+      echo = model_.tokenizer().decode(ids);
+    }
+  } else {
+    prompt = model_.encode(r.prompt);
+    if (r.echo) echo = r.prompt;
+  }
+  auto job = start(prompt, params_for(r, prompt.size()), deadline);
+  const ResponseHeader head = new_header("cmpl-", options_.model_id);
+  if (!r.stream) {
+    respond(res, job, json_writer([head, echo](const decode::GenerateResult& result) {
+              return text_completion(head, echo + result.text,
+                                     finish_reason(result.finish, false),
+                                     usage_of(result.telemetry));
+            }));
+    return;
+  }
+  respond(res, job,
+          sse_writer(
+              echo.empty() ? "" : sse_event(text_chunk(head, echo, "")),
+              [head](const std::string& text) { return text_chunk(head, text, ""); },
+              [head](const std::string& finish) { return text_chunk(head, "", finish); },
+              r.include_usage ? std::function([head](const Usage& u) {
+                return text_usage_chunk(head, u);
+              })
+                              : nullptr));
+}
+
+}  // namespace strata::server

@@ -1,0 +1,101 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+
+#include "util/error.h"
+
+namespace strata::server {
+
+void Metrics::count_request(const std::string& endpoint, int status) {
+  std::lock_guard lock(mutex_);
+  ++requests_[{endpoint, status}];
+}
+
+void Metrics::count_generation(const decode::Telemetry& t, const std::string& finish) {
+  std::lock_guard lock(mutex_);
+  ++finishes_[finish];
+  prompt_tokens_ += uint64_t(t.prompt_tokens + t.reused_tokens);
+  prefilled_tokens_ += uint64_t(t.prompt_tokens);
+  reused_tokens_ += uint64_t(t.reused_tokens);
+  completion_tokens_ += uint64_t(t.generated_tokens);
+  prefill_seconds_ += t.prefill_seconds;
+  decode_seconds_ += t.decode_seconds;
+  if (auto v = t.prefill_tok_per_s()) last_prefill_tok_s_ = v;
+  if (auto v = t.decode_tok_per_s()) last_decode_tok_s_ = v;
+  if (t.cache_hit_rate) last_cache_hit_rate_ = t.cache_hit_rate;
+}
+
+void Metrics::count_rejection() {
+  std::lock_guard lock(mutex_);
+  ++rejected_;
+}
+
+namespace {
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += cat("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+}
+
+void sample(std::string& out, const char* name, double v, const std::string& labels = {}) {
+  out += cat(name, labels.empty() ? "" : "{" + labels + "}", " ", number(v), "\n");
+}
+
+void metric(std::string& out, const char* name, const char* type, const char* help, double v) {
+  header(out, name, type, help);
+  sample(out, name, v);
+}
+
+}  // namespace
+
+std::string Metrics::render(const LiveGauges& live) const {
+  std::lock_guard lock(mutex_);
+  std::string out;
+  header(out, "strata_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
+  for (const auto& [key, n] : requests_)
+    sample(out, "strata_requests_total", double(n),
+           cat("endpoint=\"", key.first, "\",status=\"", key.second, "\""));
+  header(out, "strata_generations_total", "counter",
+         "Generations finished, by finish reason (stop, length, tool_calls, cancelled, error).");
+  for (const auto& [reason, n] : finishes_)
+    sample(out, "strata_generations_total", double(n), cat("finish_reason=\"", reason, "\""));
+  metric(out, "strata_rejected_total", "counter", "Requests refused with 429: the queue was full.",
+         double(rejected_));
+  metric(out, "strata_prompt_tokens_total", "counter",
+         "Prompt tokens of finished generations, reused ones included.", double(prompt_tokens_));
+  metric(out, "strata_prompt_tokens_prefilled_total", "counter",
+         "Prompt tokens that ran through the model (the rest came from the prompt cache).",
+         double(prefilled_tokens_));
+  metric(out, "strata_prompt_tokens_cached_total", "counter",
+         "Prompt tokens reused from the previous request's state (the prompt cache).",
+         double(reused_tokens_));
+  metric(out, "strata_completion_tokens_total", "counter", "Tokens generated.",
+         double(completion_tokens_));
+  metric(out, "strata_prefill_seconds_total", "counter", "Time spent prefilling prompts.",
+         prefill_seconds_);
+  metric(out, "strata_decode_seconds_total", "counter", "Time spent generating tokens.",
+         decode_seconds_);
+  if (last_prefill_tok_s_)
+    metric(out, "strata_prefill_tokens_per_second", "gauge",
+           "Prefill speed of the last generation that prefilled.", *last_prefill_tok_s_);
+  if (last_decode_tok_s_)
+    metric(out, "strata_decode_tokens_per_second", "gauge",
+           "Decode speed of the last generation that decoded.", *last_decode_tok_s_);
+  if (last_cache_hit_rate_)
+    metric(out, "strata_expert_cache_hit_ratio", "gauge",
+           "Expert cache hit rate of the last generation (0..1).", *last_cache_hit_rate_);
+  metric(out, "strata_queue_depth", "gauge", "Requests waiting behind the running generation.",
+         double(live.queue_depth));
+  metric(out, "strata_queue_capacity", "gauge", "Requests that may wait (--queue).",
+         double(live.queue_capacity));
+  metric(out, "strata_generation_running", "gauge", "1 while a generation runs.",
+         live.generating ? 1 : 0);
+  return out;
+}
+
+}  // namespace strata::server

@@ -1,0 +1,128 @@
+#include "server/scheduler.h"
+
+#include <exception>
+
+namespace strata::server {
+
+Job::Job(Work work, Clock::time_point deadline) : work_(std::move(work)), deadline_(deadline) {}
+
+void Job::set_phase(Phase p) {
+  {
+    std::lock_guard lock(mutex_);
+    phase_ = p;
+  }
+  changed_.notify_all();
+}
+
+Job::Phase Job::wait_started(Clock::time_point until) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_until(lock, until, [&] { return phase_ != Phase::Queued; });
+  return phase_;
+}
+
+bool Job::next(std::vector<std::string>& pieces, Clock::time_point until) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_until(lock, until, [&] { return !pending_.empty() || phase_ == Phase::Done; });
+  const bool more = !pending_.empty() || phase_ != Phase::Done;
+  for (auto& p : pending_) pieces.push_back(std::move(p));
+  pending_.clear();
+  return more;
+}
+
+void Job::emit(const std::string& piece) {
+  {
+    std::lock_guard lock(mutex_);
+    pending_.push_back(piece);
+  }
+  changed_.notify_all();
+}
+
+void Job::run() {
+  set_phase(Phase::Running);
+  std::optional<decode::GenerateResult> result;
+  std::string error;
+  try {
+    result = work_(*this);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  {
+    std::lock_guard lock(mutex_);
+    result_ = std::move(result);
+    error_ = std::move(error);
+    phase_ = Phase::Done;
+  }
+  changed_.notify_all();
+}
+
+void Job::drop() {
+  {
+    std::lock_guard lock(mutex_);
+    dropped_ = true;
+    phase_ = Phase::Done;
+  }
+  changed_.notify_all();
+}
+
+Scheduler::Scheduler(size_t capacity) : capacity_(capacity), worker_([this] { work(); }) {}
+
+Scheduler::~Scheduler() { shutdown(); }
+
+Scheduler::Admission Scheduler::submit(std::shared_ptr<Job> job) {
+  {
+    std::lock_guard lock(mutex_);
+    if (closed_) return Admission::Closed;
+    // The running job does not count against the queue; an idle server always takes one.
+    if (queue_.size() >= capacity_ && (current_ || !queue_.empty())) return Admission::Full;
+    queue_.push_back(std::move(job));
+  }
+  wake_.notify_one();
+  return Admission::Accepted;
+}
+
+void Scheduler::work() {
+  while (true) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+      if (closed_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      current_ = job;
+    }
+    // A job whose client left or whose time ran out while it waited never starts.
+    if (job->should_stop())
+      job->drop();
+    else
+      job->run();
+    std::lock_guard lock(mutex_);
+    current_.reset();
+  }
+}
+
+void Scheduler::shutdown() {
+  std::lock_guard once(shutdown_mutex_);
+  std::deque<std::shared_ptr<Job>> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    dropped.swap(queue_);
+    if (current_) current_->abort();
+  }
+  wake_.notify_all();
+  for (auto& job : dropped) job->drop();
+  if (worker_.joinable()) worker_.join();
+}
+
+size_t Scheduler::queued() const {
+  std::lock_guard lock(mutex_);
+  return queue_.size();
+}
+
+bool Scheduler::running() const {
+  std::lock_guard lock(mutex_);
+  return current_ != nullptr;
+}
+
+}  // namespace strata::server

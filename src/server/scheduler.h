@@ -1,0 +1,109 @@
+// One generation at a time behind a bounded queue. The model state is single-user, so a single
+// worker thread runs jobs in arrival order; HTTP threads submit a Job and read its streamed text
+// as it is produced. A job whose client has gone, whose deadline has passed or whose server is
+// shutting down stops at its next window (Job::should_stop), queued or running.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "decode/generate.h"
+
+namespace strata::server {
+
+using Clock = std::chrono::steady_clock;
+
+class Job {
+ public:
+  // Runs on the worker thread; streams text through emit() and returns the result. Exceptions
+  // are kept as error() for the HTTP thread.
+  using Work = std::function<decode::GenerateResult(Job& job)>;
+
+  Job(Work work, Clock::time_point deadline);
+
+  enum class Phase { Queued, Running, Done };
+
+  // The client is gone: stop as soon as possible; nobody reads the result.
+  void cancel() { cancelled_ = true; }
+  // The server is shutting down: stop at the next window and answer with what there is.
+  void abort() { aborted_ = true; }
+  bool cancelled() const { return cancelled_; }
+  bool expired() const { return Clock::now() >= deadline_; }
+  bool should_stop() const { return cancelled_ || aborted_ || expired(); }
+
+  // Waits until the worker has picked the job up (or finished or dropped it), at most until
+  // `until`. Returns the phase then.
+  Phase wait_started(Clock::time_point until);
+  // Moves text emitted so far into `pieces`, waiting until there is some, the job is done, or
+  // `until`. Returns false once the job is done and everything has been taken.
+  bool next(std::vector<std::string>& pieces, Clock::time_point until);
+
+  // After Done: the result, or the reason there is none.
+  const std::optional<decode::GenerateResult>& result() const { return result_; }
+  const std::string& error() const { return error_; }
+  bool dropped() const { return dropped_; }  // never ran (queue shut down or deadline passed)
+
+  // Worker side.
+  void emit(const std::string& piece);
+  void run();
+  void drop();
+
+ private:
+  void set_phase(Phase p);
+
+  Work work_;
+  Clock::time_point deadline_;
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> aborted_{false};
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  Phase phase_ = Phase::Queued;
+  std::vector<std::string> pending_;
+  std::optional<decode::GenerateResult> result_;
+  std::string error_;
+  bool dropped_ = false;
+};
+
+class Scheduler {
+ public:
+  // `capacity`: jobs that may wait behind the running one.
+  explicit Scheduler(size_t capacity);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  enum class Admission { Accepted, Full, Closed };
+  Admission submit(std::shared_ptr<Job> job);
+
+  // Stops taking jobs, drops the queued ones, aborts the running one (it ends at its next
+  // window and answers with what it has) and joins the worker. Idempotent.
+  void shutdown();
+
+  size_t queued() const;
+  bool running() const;
+  size_t capacity() const { return capacity_; }
+
+ private:
+  void work();
+
+  const size_t capacity_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::shared_ptr<Job> current_;
+  bool closed_ = false;
+  std::mutex shutdown_mutex_;  // a signal watcher and the serving thread may both shut down
+  std::thread worker_;
+};
+
+}  // namespace strata::server

@@ -1,0 +1,183 @@
+#include "server/server.h"
+
+#include <httplib.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "server/api_error.h"
+#include "server/chat_page.h"
+#include "server/encode.h"
+#include "util/error.h"
+
+namespace strata::server {
+
+struct Server::Http {
+  httplib::Server server;
+};
+
+namespace {
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
+  res.set_content(to_text(error_body(e)), "application/json");
+}
+
+// Runs a route, turning what it throws into an OpenAI error response.
+template <typename Fn>
+httplib::Server::Handler guarded(Fn fn) {
+  return [fn](const httplib::Request& req, httplib::Response& res) {
+    try {
+      fn(req, res);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, cat("Internal error: ", e.what()), "", "internal_error",
+                               "server_error"));
+    }
+  };
+}
+
+// The label /metrics counts a request under: its route, never the raw path (unbounded).
+std::string endpoint_label(const std::string& path) {
+  for (const char* route : {"/", "/health", "/metrics", "/v1/models", "/v1/chat/completions",
+                            "/v1/completions"})
+    if (path == route) return path;
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  return "other";
+}
+
+Json model_object(const std::string& id, int64_t created) {
+  return {{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "strata"}};
+}
+
+}  // namespace
+
+Server::Server(decode::LoadedModel& model, ServerOptions options)
+    : model_(model), options_(std::move(options)), http_(std::make_unique<Http>()) {
+  auto& gen = options_.generation;
+  if (gen.model_id.empty()) gen.model_id = std::filesystem::path(model.path()).stem().string();
+  if (gen.timeout_s <= 0) fail("--timeout: ", gen.timeout_s, " must be positive");
+  if (options_.max_body < 1024) fail("--max-body: ", options_.max_body, " is below 1024 bytes");
+  generation_ = std::make_unique<Generation>(model, metrics_, gen);
+  add_routes();
+}
+
+Server::~Server() {
+  stop();
+  generation_.reset();
+}
+
+void Server::add_routes() {
+  auto& svr = http_->server;
+  // Every queued request holds an HTTP thread while it waits; a few more keep /health,
+  // /metrics and the 429 answers responsive when the queue is full.
+  const size_t threads = options_.generation.queue + 1 + 8;
+  svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  svr.set_payload_max_length(options_.max_body);
+  svr.set_read_timeout(30);
+  svr.set_write_timeout(30);
+
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.api_key.empty() || req.path.rfind("/v1/", 0) != 0)
+      return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError(401, "Incorrect or missing API key (Authorization: Bearer KEY).",
+                             "", "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 413)
+      send_error(res, ApiError(413, "The request body is larger than the server's limit "
+                                    "(--max-body).", "", "request_too_large"));
+    else if (res.status == 404)
+      send_error(res, ApiError(404, cat("Unknown request URL: ", req.method, " ", req.path, "."),
+                               "", "unknown_url"));
+    else
+      send_error(res, ApiError(res.status, cat("The HTTP request could not be served (status ",
+                                               res.status, ")."), "", "http_error"));
+  });
+  svr.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+        send_error(res, ApiError(500, "Internal error.", "", "internal_error", "server_error"));
+      });
+  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics_.count_request(endpoint_label(req.path), res.status);
+  });
+
+  svr.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    const auto page = chat_page_html();
+    res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
+  });
+  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (stopping_)
+      send_error(res, ApiError(503, "The server is shutting down.", "", "shutting_down",
+                               "server_error"));
+    else
+      res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.render(generation_->gauges()), "text/plain; version=0.0.4");
+  });
+  const auto created = int64_t(std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+  svr.Get("/v1/models", [this, created](const httplib::Request&, httplib::Response& res) {
+    const Json list = {{"object", "list"},
+                       {"data", Json::array({model_object(model_id(), created)})}};
+    res.set_content(to_text(list), "application/json");
+  });
+  svr.Get(R"(/v1/models/(.+))", guarded([this, created](const httplib::Request& req,
+                                                         httplib::Response& res) {
+            if (req.matches[1] != model_id())
+              throw ApiError(404, cat("The model '", req.matches[1].str(), "' does not exist."),
+                             "model", "model_not_found");
+            res.set_content(to_text(model_object(model_id(), created)), "application/json");
+          }));
+  svr.Post("/v1/chat/completions", guarded([this](const httplib::Request& req,
+                                                   httplib::Response& res) {
+             generation_->chat(req, res);
+           }));
+  svr.Post("/v1/completions", guarded([this](const httplib::Request& req,
+                                              httplib::Response& res) {
+             generation_->completion(req, res);
+           }));
+}
+
+int Server::bind() {
+  auto& svr = http_->server;
+  const int port = options_.port == 0 ? svr.bind_to_any_port(options_.host)
+                                      : (svr.bind_to_port(options_.host, options_.port)
+                                             ? options_.port
+                                             : -1);
+  if (port < 0)
+    fail("cannot listen on ", options_.host, ":", options_.port,
+         " (in use, or not an address of this machine)");
+  return port;
+}
+
+void Server::run() {
+  phase_ = 1;
+  if (!stopping_) http_->server.listen_after_bind();
+  generation_->shutdown();
+  phase_ = 2;
+  if (shutdown_hook_) {
+    auto hook = std::move(shutdown_hook_);
+    shutdown_hook_ = nullptr;
+    hook();
+  }
+}
+
+void Server::stop() {
+  stopping_ = true;
+  generation_->shutdown();
+  // httplib ignores stop() until listen has started; wait for that if run() is on its way.
+  while (phase_ == 1 && !http_->server.is_running())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  http_->server.stop();
+}
+
+}  // namespace strata::server

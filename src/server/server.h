@@ -1,0 +1,60 @@
+// strata serve: an OpenAI-compatible HTTP server over one loaded model. Routes:
+//   POST /v1/chat/completions, POST /v1/completions   (server/generation.h)
+//   GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus text), / (chat page)
+// Errors are OpenAI-style JSON bodies; docs/SERVER.md has the details.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "decode/loaded_model.h"
+#include "server/generation.h"
+
+namespace strata::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                // 0: any free port (bind() says which)
+  size_t max_body = 4 << 20;      // bytes; a larger request body gets 413
+  std::string api_key;            // empty: no authentication
+  GenerationOptions generation;   // model id, queue, timeout, prefill batch
+};
+
+class Server {
+ public:
+  // `model` must outlive the server. An empty generation.model_id becomes the file's stem.
+  Server(decode::LoadedModel& model, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the listening socket; returns the port. Throws strata::Error when it cannot.
+  int bind();
+  // Serves until stop(), then waits for the open responses to end and runs the shutdown hook.
+  void run();
+  // From any thread (a signal watcher, a test): stop accepting, drop queued requests (503),
+  // end the running generation at its next window. run() returns soon after.
+  void stop();
+  // Runs once at the end of run(), after the last response (the usage history is saved here).
+  void set_shutdown_hook(std::function<void()> hook) { shutdown_hook_ = std::move(hook); }
+
+  const std::string& model_id() const { return options_.generation.model_id; }
+
+ private:
+  struct Http;
+  void add_routes();
+
+  decode::LoadedModel& model_;
+  ServerOptions options_;
+  Metrics metrics_;
+  std::unique_ptr<Generation> generation_;
+  std::unique_ptr<Http> http_;
+  std::function<void()> shutdown_hook_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> phase_{0};  // 0: run() not entered, 1: serving, 2: run() done
+};
+
+}  // namespace strata::server
