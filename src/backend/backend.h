@@ -139,6 +139,16 @@ class Backend {
   // experts stream).
   virtual void moe_experts(const Tensor& x, const Routing& routing,
                            std::span<const ExpertWeights> experts, Tensor y) = 0;
+  // The same in two steps, for a window whose experts cannot all be resident at once:
+  // moe_expert_outputs writes out[p] = FFN_{experts[p]}(x[p / top_k]) for each listed pair
+  // p = r * top_k + j (ascending; other rows of out [rows * top_k, n_embd] untouched), called once
+  // per chunk of pairs whose experts are resident together; moe_combine then adds
+  // y[r] += sum over j of weights[r, j] * out[r * top_k + j] in rank order. Bitwise moe_experts
+  // however the pairs are chunked.
+  virtual void moe_expert_outputs(const Tensor& x, const Routing& routing,
+                                  std::span<const int64_t> pairs,
+                                  std::span<const ExpertWeights> experts, Tensor out) = 0;
+  virtual void moe_combine(const Routing& routing, const Tensor& out, Tensor y) = 0;
 };
 
 }  // namespace strata::backend

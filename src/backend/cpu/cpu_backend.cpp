@@ -148,5 +148,13 @@ void CpuBackend::moe_experts(const Tensor& x, const Routing& routing,
                              std::span<const ExpertWeights> experts, Tensor y) {
   cpu::moe_experts(pool_, ws_, x, routing, experts, y);
 }
+void CpuBackend::moe_expert_outputs(const Tensor& x, const Routing& routing,
+                                    std::span<const int64_t> pairs,
+                                    std::span<const ExpertWeights> experts, Tensor out) {
+  cpu::moe_expert_outputs(pool_, ws_, x, routing, pairs, experts, out);
+}
+void CpuBackend::moe_combine(const Routing& routing, const Tensor& out, Tensor y) {
+  cpu::moe_combine(pool_, routing, out, y);
+}
 
 }  // namespace strata::backend

@@ -67,6 +67,9 @@ class CpuBackend : public Backend {
   Routing route_softmax_topk(const Tensor& logits, int64_t top_k, bool renormalize) override;
   void moe_experts(const Tensor& x, const Routing& routing, std::span<const ExpertWeights> experts,
                    Tensor y) override;
+  void moe_expert_outputs(const Tensor& x, const Routing& routing, std::span<const int64_t> pairs,
+                          std::span<const ExpertWeights> experts, Tensor out) override;
+  void moe_combine(const Routing& routing, const Tensor& out, Tensor y) override;
 
  private:
   cpu::ThreadPool pool_;

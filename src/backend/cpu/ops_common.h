@@ -21,6 +21,7 @@ struct Workspace {
   std::vector<uint8_t> act;   // quantized activations
   std::vector<uint8_t> act2;  // a second activation set (MoE: the hidden layer)
   std::vector<float> f32;     // fp32 intermediates
+  std::vector<float> f32_out;  // MoE: one expert output row per routed pair
 };
 
 inline std::string shape(const Tensor& t) { return cat("[", t.rows, " x ", t.cols, "]"); }

@@ -52,7 +52,7 @@ constexpr int64_t kRowTile = 16;
 // One chosen expert of the window and the (row, rank) pairs routed to it.
 struct Unit {
   int32_t expert;
-  std::vector<int64_t> pairs;  // pair index r * top_k + j, ascending
+  std::vector<int64_t> pairs;  // positions in the op's list of pairs, ascending
 };
 
 // Quantizes every row of x in format f into buf (one activation after another).
@@ -67,23 +67,28 @@ void quantize_rows(ThreadPool& pool, quant::ActFormat f, const Tensor& x,
 
 }  // namespace
 
-void moe_experts(ThreadPool& pool, Workspace& ws, const Tensor& x, const backend::Routing& routing,
-                 std::span<const backend::ExpertWeights> experts, Tensor y) {
-  constexpr const char* op = "moe_experts";
-  check_tensor(op, "x", x);
-  check_tensor(op, "y", y);
-  check_same_shape(op, "x", x, "y", y);
-  check_no_overlap(op, "x", x, "y", y);
+namespace {
+
+void check_routing(const char* op, const Tensor& x, const backend::Routing& routing) {
   const int64_t T = x.rows;
   const int64_t K = routing.top_k;
   require(K >= 1 && int64_t(routing.experts.size()) == T * K &&
               int64_t(routing.weights.size()) == T * K,
           op, "routing has ", routing.experts.size(), " experts and ", routing.weights.size(),
           " weights for ", T, " rows of top ", K);
-  if (T == 0) return;
+}
+
+// out row pairs[i] = the expert FFN of pair pairs[i] (ascending pair indices r * top_k + j).
+void expert_outputs(const char* op, ThreadPool& pool, Workspace& ws, const Tensor& x,
+                    const backend::Routing& routing, std::span<const int64_t> pairs,
+                    std::span<const backend::ExpertWeights> experts, Tensor out) {
+  const int64_t K = routing.top_k;
+  const int64_t n_pairs = int64_t(pairs.size());
+  if (n_pairs == 0) return;
 
   // Group the pairs by expert and check each chosen expert once.
-  std::vector<int32_t> order(routing.experts.begin(), routing.experts.end());
+  std::vector<int32_t> order;
+  for (int64_t p : pairs) order.push_back(routing.experts[size_t(p)]);
   std::sort(order.begin(), order.end());
   order.erase(std::unique(order.begin(), order.end()), order.end());
   std::vector<Unit> units;
@@ -103,7 +108,8 @@ void moe_experts(ThreadPool& pool, Workspace& ws, const Tensor& x, const backend
     unit_of[e] = int64_t(units.size());
     units.push_back({e, {}});
   }
-  for (int64_t p = 0; p < T * K; ++p) units[unit_of[routing.experts[p]]].pairs.push_back(p);
+  for (int64_t i = 0; i < n_pairs; ++i)
+    units[unit_of[routing.experts[size_t(pairs[i])]]].pairs.push_back(i);
 
   // Activations of x in every format the chosen gate and up weights take.
   constexpr int kFormats = 3;
@@ -120,21 +126,18 @@ void moe_experts(ThreadPool& pool, Workspace& ws, const Tensor& x, const backend
     return x_act[int(f)].data() + size_t(row) * quant::act_bytes(f, x.cols);
   };
 
-  // Per pair: offsets of its gate/up/h values (n_ff floats each), its quantized hidden layer,
-  // and its down output (n_embd floats).
-  const int64_t n_pairs = T * K;
+  // Per listed pair: offsets of its gate/up/h values (n_ff floats each) and of its quantized
+  // hidden layer.
   std::vector<int64_t> ff_off(size_t(n_pairs) + 1, 0);
   std::vector<size_t> h_off(size_t(n_pairs) + 1, 0);
-  for (int64_t p = 0; p < n_pairs; ++p) {
-    const Weight& down = experts[routing.experts[p]].down;
-    ff_off[p + 1] = ff_off[p] + down.cols;
-    h_off[p + 1] = h_off[p] + quant::act_bytes(quant::kernels(down.type).act, down.cols);
+  for (int64_t i = 0; i < n_pairs; ++i) {
+    const Weight& down = experts[routing.experts[size_t(pairs[i])]].down;
+    ff_off[i + 1] = ff_off[i] + down.cols;
+    h_off[i + 1] = h_off[i] + quant::act_bytes(quant::kernels(down.type).act, down.cols);
   }
-  const int64_t n_embd = x.cols;
-  ws.f32.resize(size_t(2 * ff_off[n_pairs] + n_pairs * n_embd));
+  ws.f32.resize(size_t(2 * ff_off[n_pairs]));
   float* gate_v = ws.f32.data();
   float* up_v = gate_v + ff_off[n_pairs];
-  float* out_v = up_v + ff_off[n_pairs];
   ws.act2.resize(h_off[n_pairs]);
   uint8_t* h_act = ws.act2.data();
 
@@ -160,23 +163,23 @@ void moe_experts(ThreadPool& pool, Workspace& ws, const Tensor& x, const backend
               const quant::DotFn udot = quant::dot_kernel(ew.up.type);
               const auto* gw = static_cast<const uint8_t*>(ew.gate.data);
               const auto* uw = static_cast<const uint8_t*>(ew.up.data);
-              for (int64_t p : u.pairs) {
-                const uint8_t* ga = x_act_of(ew.gate, p / K);
-                const uint8_t* ua = x_act_of(ew.up, p / K);
+              for (int64_t i : u.pairs) {
+                const uint8_t* ga = x_act_of(ew.gate, pairs[i] / K);
+                const uint8_t* ua = x_act_of(ew.up, pairs[i] / K);
                 for (int64_t o = o0; o < o1; ++o) {
-                  gate_v[ff_off[p] + o] = gdot(gw + size_t(o) * ew.gate.row_stride, ga, x.cols);
-                  up_v[ff_off[p] + o] = udot(uw + size_t(o) * ew.up.row_stride, ua, x.cols);
+                  gate_v[ff_off[i] + o] = gdot(gw + size_t(o) * ew.gate.row_stride, ga, x.cols);
+                  up_v[ff_off[i] + o] = udot(uw + size_t(o) * ew.up.row_stride, ua, x.cols);
                 }
               }
             });
 
   // h = silu(gate) * up, quantized for the pair's down weight.
-  for_tasks(pool, n_pairs, ff_off[n_pairs] * 8, [&](int64_t p) {
-    float* h = gate_v + ff_off[p];
-    const int64_t n_ff = ff_off[p + 1] - ff_off[p];
-    for (int64_t i = 0; i < n_ff; ++i) h[i] = swiglu_value(h[i], up_v[ff_off[p] + i]);
-    quant::quantize_act(quant::kernels(experts[routing.experts[p]].down.type).act, h,
-                        h_act + h_off[p], n_ff);
+  for_tasks(pool, n_pairs, ff_off[n_pairs] * 8, [&](int64_t i) {
+    float* h = gate_v + ff_off[i];
+    const int64_t n_ff = ff_off[i + 1] - ff_off[i];
+    for (int64_t k = 0; k < n_ff; ++k) h[k] = swiglu_value(h[k], up_v[ff_off[i] + k]);
+    quant::quantize_act(quant::kernels(experts[routing.experts[size_t(pairs[i])]].down.type).act,
+                        h, h_act + h_off[i], n_ff);
   });
 
   // down rows for every pair.
@@ -184,21 +187,70 @@ void moe_experts(ThreadPool& pool, Workspace& ws, const Tensor& x, const backend
             [&](const Unit& u, const backend::ExpertWeights& ew, int64_t o0, int64_t o1) {
               const quant::DotFn ddot = quant::dot_kernel(ew.down.type);
               const auto* dw = static_cast<const uint8_t*>(ew.down.data);
-              for (int64_t p : u.pairs) {
-                const uint8_t* ha = h_act + h_off[p];
+              for (int64_t i : u.pairs) {
+                const uint8_t* ha = h_act + h_off[i];
+                float* row = out.data + pairs[i] * out.stride;
                 for (int64_t o = o0; o < o1; ++o)
-                  out_v[p * n_embd + o] =
-                      ddot(dw + size_t(o) * ew.down.row_stride, ha, ew.down.cols);
+                  row[o] = ddot(dw + size_t(o) * ew.down.row_stride, ha, ew.down.cols);
               }
             });
+}
 
-  // Combine in rank order, per row.
+}  // namespace
+
+void moe_expert_outputs(ThreadPool& pool, Workspace& ws, const Tensor& x,
+                        const backend::Routing& routing, std::span<const int64_t> pairs,
+                        std::span<const backend::ExpertWeights> experts, Tensor out) {
+  constexpr const char* op = "moe_expert_outputs";
+  check_tensor(op, "x", x);
+  check_tensor(op, "out", out);
+  check_routing(op, x, routing);
+  const int64_t n_pairs = x.rows * routing.top_k;
+  require(out.rows == n_pairs && out.cols == x.cols, op, "out ", shape(out), " is not [", n_pairs,
+          " x ", x.cols, "] (one row per routed pair)");
+  check_no_overlap(op, "x", x, "out", out);
+  for (size_t i = 0; i < pairs.size(); ++i)
+    require(pairs[i] >= 0 && pairs[i] < n_pairs && (i == 0 || pairs[i] > pairs[i - 1]), op,
+            "pair ", pairs[i], " at position ", i, " is outside 0..", n_pairs - 1,
+            " or not above the one before");
+  expert_outputs(op, pool, ws, x, routing, pairs, experts, out);
+}
+
+void moe_combine(ThreadPool& pool, const backend::Routing& routing, const Tensor& out, Tensor y) {
+  constexpr const char* op = "moe_combine";
+  check_tensor(op, "out", out);
+  check_tensor(op, "y", y);
+  check_routing(op, y, routing);
+  const int64_t T = y.rows;
+  const int64_t K = routing.top_k;
+  const int64_t n_embd = y.cols;
+  require(out.rows == T * K && out.cols == n_embd, op, "out ", shape(out), " is not [", T * K,
+          " x ", n_embd, "] for y ", shape(y));
+  check_no_overlap(op, "out", out, "y", y);
   const VecKernels& vk = vec();
   for_tasks(pool, T, T * K * n_embd, [&](int64_t r) {
     float* yr = y.data + r * y.stride;
     for (int64_t j = 0; j < K; ++j)
-      vk.axpy(routing.weights[r * K + j], out_v + (r * K + j) * n_embd, yr, n_embd);
+      vk.axpy(routing.weights[r * K + j], out.data + (r * K + j) * out.stride, yr, n_embd);
   });
+}
+
+void moe_experts(ThreadPool& pool, Workspace& ws, const Tensor& x, const backend::Routing& routing,
+                 std::span<const backend::ExpertWeights> experts, Tensor y) {
+  constexpr const char* op = "moe_experts";
+  check_tensor(op, "x", x);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  check_no_overlap(op, "x", x, "y", y);
+  check_routing(op, x, routing);
+  if (x.rows == 0) return;
+  const int64_t n_pairs = x.rows * routing.top_k;
+  std::vector<int64_t> pairs(static_cast<size_t>(n_pairs));
+  std::iota(pairs.begin(), pairs.end(), 0);
+  ws.f32_out.resize(size_t(n_pairs * x.cols));
+  const Tensor out{ws.f32_out.data(), n_pairs, x.cols, x.cols};
+  expert_outputs(op, pool, ws, x, routing, pairs, experts, out);
+  moe_combine(pool, routing, out, y);
 }
 
 }  // namespace strata::cpu
