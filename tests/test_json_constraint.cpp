@@ -1,0 +1,302 @@
+// Constrained JSON decoding: the schema compiler's errors, the byte automaton on hand-written
+// documents, the vocabulary mask against token-by-token acceptance, and random generation over a
+// toy and the real Qwen vocabulary where every finished document must parse and validate.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "test_json_constraint_util.h"
+#include "test_tokenizer_util.h"
+#include "util/error.h"
+
+namespace strata::decode {
+namespace {
+
+using nlohmann::json;
+using testing::generate_constrained;
+using testing::toy_vocab;
+
+bool accepts(const JsonGrammar& g, std::string_view text) {
+  const JsonAutomaton a(g);
+  std::vector<Stack> stacks = {a.start()};
+  for (char c : text) {
+    std::vector<Stack> next, forks;
+    for (Stack& s : stacks) {
+      forks.clear();
+      if (a.step(s, uint8_t(c), forks)) next.push_back(s);
+      next.insert(next.end(), forks.begin(), forks.end());
+    }
+    stacks = std::move(next);
+    if (stacks.empty()) return false;
+  }
+  return std::any_of(stacks.begin(), stacks.end(), [&](const Stack& s) { return a.can_end(s); });
+}
+
+std::string compile_error(const std::string& schema) {
+  try {
+    JsonGrammar::from_schema(json::parse(schema));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(JsonConstraintSchema, UnsupportedKeywordsAndBadSchemasNameTheProblem) {
+  EXPECT_EQ(compile_error(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}})"),
+            "json_schema /properties/age: unsupported keyword \"minimum\"");
+  EXPECT_EQ(compile_error(R"({"type":"string","pattern":"^a"})"),
+            "json_schema /: unsupported keyword \"pattern\"");
+  EXPECT_EQ(compile_error(R"({"allOf":[{"type":"string"}]})"),
+            "json_schema /: unsupported keyword \"allOf\"");
+  EXPECT_EQ(compile_error(R"({"type":"strin"})"), "json_schema /: unknown type \"strin\"");
+  EXPECT_EQ(compile_error(R"({"$ref":"#/$defs/missing"})"),
+            "json_schema /: \"$ref\" \"#/$defs/missing\" points at nothing");
+  EXPECT_EQ(compile_error(R"({"type":"string","minLength":5,"maxLength":2})"),
+            "json_schema /: minLength > maxLength");
+  EXPECT_EQ(compile_error(R"({"type":"array","items":[{"type":"string"}]})"),
+            "json_schema /: \"items\" as an array (tuple validation) is not supported");
+  EXPECT_EQ(
+      compile_error(R"({"type":"object","required":["x"],"additionalProperties":false})"),
+      "json_schema /: required property \"x\" is not in \"properties\" and additionalProperties is false");
+  EXPECT_EQ(compile_error(R"({"type":"integer","enum":["a","b"]})"),
+            "json_schema /: no \"enum\"/\"const\" value satisfies the rest of the schema");
+  EXPECT_EQ(compile_error(R"({"type":"array","maxItems":-1})"),
+            "json_schema /: \"maxItems\" must be a non-negative integer, got -1");
+  EXPECT_EQ(
+      compile_error(
+          R"({"$ref":"#/$defs/a","$defs":{"a":{"type":"object","properties":{"a":{"$ref":"#/$defs/a"}},"required":["a"]}}})"),
+      "json_schema: no finite JSON value satisfies the schema");
+  EXPECT_EQ(compile_error(R"({"anyOf":[{"type":"string"}],"type":"string"})"),
+            "json_schema /: \"type\" beside \"anyOf\" is not supported; move it into each alternative");
+  std::string deep = R"({"type":"string"})";
+  for (int i = 0; i < 40; ++i) deep = R"({"type":"array","minItems":1,"items":)" + deep + "}";
+  EXPECT_EQ(compile_error(deep), "json_schema: the schema nests 41 levels deep, more than the limit of 31");
+  EXPECT_EQ(compile_error(R"({"title":"x","description":"y","type":"string","default":"z"})"), "");
+}
+
+TEST(JsonConstraintAutomaton, AnyObjectFollowsJsonSyntax) {
+  const JsonGrammar g = JsonGrammar::any_object();
+  for (const char* ok :
+       {"{}", " {\n  \"a\": [1, -0, -2.5e10, 3E+2, true, false, null, {}, []],\n  \"b\": {\"c\": \"\"}\n}\n",
+        R"({"s":"x\u00e9\ud83d\ude00\n\"\\\/\b\f\r\t"})", "{\"\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\":0.5}",
+        R"({"a":{"a":{"a":{}}}})"})
+    EXPECT_TRUE(accepts(g, ok)) << ok;
+  for (const char* bad :
+       {"[]", "{", "{\"a\":}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":1,}", "{\"a\" 1}", "{,}", "{\"a\":tru}",
+        R"({"a":"\ud800"})", R"({"a":"\udc00"})", R"({"a":"\x"})", "{\"a\":\"\x01\"}", "{\"\xC0\x80\":1}",
+        "{\"\xED\xA0\x80\":1}", "{\"\xF4\x90\x80\x80\":1}", "{\"a\":1}x", "{\"a\":1234567890123456}",
+        "{\"a\":1e100}"})
+    EXPECT_FALSE(accepts(g, bad)) << bad;
+  // Whitespace runs are bounded; the bound resets at every token.
+  EXPECT_TRUE(accepts(g, "{" + std::string(20, ' ') + "}"));
+  EXPECT_FALSE(accepts(g, "{" + std::string(21, ' ') + "}"));
+  EXPECT_TRUE(accepts(g, std::string(20, ' ') + "{" + std::string(20, ' ') + "}" + std::string(20, '\n')));
+}
+
+TEST(JsonConstraintAutomaton, SchemaKeywords) {
+  const JsonGrammar person = JsonGrammar::from_schema(json::parse(R"({
+    "type": "object",
+    "properties": {
+      "name": {"type": "string", "minLength": 2, "maxLength": 4},
+      "age": {"type": "integer"},
+      "tags": {"type": "array", "items": {"enum": ["a", "b c"]}, "minItems": 1, "maxItems": 2},
+      "note": {"type": ["string", "null"]}
+    },
+    "required": ["name", "age", "tags"],
+    "additionalProperties": false})"));
+  for (const char* ok :
+       {R"({"name":"Al","age":3,"tags":["a"]})", R"({"tags":["b c","a"],"age":-7,"name":"\u00e9t\u00e9"})",
+        R"({"name":"\ud83d\ude00xyz","age":0,"tags":["a"],"note":null})",
+        "{\"name\":\"\xC3\xA9t\xC3\xA9!\",\"age\":1,\"tags\":[\"a\"],\"note\":\"\"}"})
+    EXPECT_TRUE(accepts(person, ok)) << ok;
+  for (const char* bad :
+       {R"({"name":"Al","age":3})", R"({"name":"A","age":3,"tags":["a"]})",
+        R"({"name":"Alice","age":3,"tags":["a"]})", R"({"name":"Al","age":3.5,"tags":["a"]})",
+        R"({"name":"Al","age":3,"tags":[]})", R"({"name":"Al","age":3,"tags":["a","a","a"]})",
+        R"({"name":"Al","age":3,"tags":["c"]})", R"({"name":"Al","age":3,"tags":["a"],"x":1})",
+        R"({"name":"Al","name":"Bo","age":3,"tags":["a"]})",
+        R"({"name":"Al","age":3,"tags":["a"],"note":1})"})
+    EXPECT_FALSE(accepts(person, bad)) << bad;
+
+  const JsonGrammar shapes = JsonGrammar::from_schema(json::parse(R"({"anyOf": [
+    {"type": "object", "properties": {"kind": {"const": "circle"}, "r": {"type": "number"}}, "required": ["kind", "r"], "additionalProperties": false},
+    {"type": "object", "properties": {"kind": {"const": "square"}, "side": {"type": "number"}}, "required": ["kind", "side"], "additionalProperties": false}]})"));
+  EXPECT_TRUE(accepts(shapes, R"({"kind":"circle","r":1.5})"));
+  EXPECT_TRUE(accepts(shapes, R"({"side":2,"kind":"square"})"));
+  EXPECT_FALSE(accepts(shapes, R"({"kind":"circle","side":2})"));
+
+  const JsonGrammar tree =
+      JsonGrammar::from_schema(json::parse(R"({"$ref": "#/$defs/node", "$defs": {"node": {
+    "type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+    "required": ["v"], "additionalProperties": false}}})"));
+  EXPECT_TRUE(accepts(tree, R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[{"v":4,"kids":[]}]}]})"));
+  EXPECT_FALSE(accepts(tree, R"({"v":1,"kids":[{"w":2}]})"));
+
+  const JsonGrammar numbers =
+      JsonGrammar::from_schema(json::parse(R"({"enum": [1, 12, "x", null, {"a": [1]}]})"));
+  for (const char* ok : {"1", "12", "\"x\"", "null", "{\"a\":[1]}", " 12 "})
+    EXPECT_TRUE(accepts(numbers, ok)) << ok;
+  for (const char* bad : {"2", "123", "\"y\"", "{\"a\": [1]}", "true"})
+    EXPECT_FALSE(accepts(numbers, bad)) << bad;
+
+  const JsonGrammar free_ints =
+      JsonGrammar::from_schema(json::parse(R"({"type":"object","additionalProperties":{"type":"integer"}})"));
+  EXPECT_TRUE(accepts(free_ints, R"({"any key":1,"other":-2})"));
+  EXPECT_FALSE(accepts(free_ints, R"({"a":"b"})"));
+  EXPECT_TRUE(accepts(
+      JsonGrammar::from_schema(json::parse(R"({"type":"object","additionalProperties":false})")), "{ }"));
+  EXPECT_FALSE(
+      accepts(JsonGrammar::from_schema(json::parse(R"({"type":"object","additionalProperties":false})")),
+              R"({"a":1})"));
+}
+
+TEST(JsonConstraintAutomaton, DepthLimitNeverStrandsARequiredValue) {
+  // At the depth limit a property that needs more nesting is not offered.
+  GrammarLimits limits;
+  limits.max_depth = 4;
+  const JsonGrammar g = JsonGrammar::from_schema(
+      json::parse(
+          R"({"$ref":"#/$defs/n","$defs":{"n":{"type":"object","properties":{"n":{"$ref":"#/$defs/n"}}}}})"),
+      limits);
+  EXPECT_TRUE(accepts(g, R"({"n":{"n":{}}})"));
+  EXPECT_FALSE(accepts(g, R"({"n":{"n":{"n":{}}}})"));
+}
+
+TEST(JsonConstraintMask, EndTokenOnlyWhenCompleteAndWhitespaceBounded) {
+  const tokenizer::Tokenizer& tok = testing::toy_tokenizer();
+  const JsonVocab& vocab = toy_vocab();
+  JsonConstraint c(vocab, JsonGrammar::any_object());
+  const int32_t end = vocab.end_tokens().at(0);
+  for (uint32_t id : tok.encode("{\"a\": 1")) c.accept(int32_t(id));
+  EXPECT_FALSE(c.complete());
+  EXPECT_FALSE(c.allows(end));
+  EXPECT_THROW(c.accept(end), Error);
+  for (uint32_t id : tok.encode("}")) c.accept(int32_t(id));
+  EXPECT_TRUE(c.complete());
+  std::vector<float> logits(vocab.size(), 0.0f);
+  c.apply(logits);
+  EXPECT_TRUE(std::isfinite(logits[size_t(end)]));
+  EXPECT_FALSE(std::isfinite(logits[tok.encode("x")[0]]));
+  const int32_t space = int32_t(tok.encode(" ")[0]);
+  for (int i = 0; i < 20; ++i) c.accept(space);
+  EXPECT_FALSE(c.allows(space));
+  EXPECT_THROW(c.accept(int32_t(tok.encode("{")[0])), Error);
+  c.accept(end);
+  EXPECT_TRUE(c.finished());
+}
+
+const char* kSchemas[] = {
+    R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer"},
+        "email":{"type":["string","null"]},"tags":{"type":"array","items":{"type":"string","enum":["a","b","c d"]},
+        "minItems":1,"maxItems":3}},"required":["name","age","tags"],"additionalProperties":false})",
+    R"({"anyOf":[{"type":"object","properties":{"kind":{"const":"circle"},"r":{"type":"number"}},"required":["kind","r"],"additionalProperties":false},
+                 {"type":"object","properties":{"kind":{"const":"square"},"side":{"type":"number"}},"required":["kind","side"],"additionalProperties":false}]})",
+    R"({"$ref":"#/$defs/node","$defs":{"node":{"type":"object","properties":{"value":{"type":"integer"},
+        "children":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["value"],"additionalProperties":false}}})",
+    R"({"type":"number"})",
+    R"({"enum":[1,12,"x",null,{"a":[1]}]})",
+    R"({"type":"object","properties":{"s":{"type":"string","minLength":2,"maxLength":4}},"required":["s"],"additionalProperties":false})",
+    R"({"type":"array","items":{"type":"boolean"},"minItems":2})",
+    R"({"oneOf":[{"type":"string","maxLength":30},{"type":"integer"}]})",
+    R"({"type":"object","additionalProperties":{"type":"integer"}})",
+    R"({"type":"object","properties":{"id":{"type":"string"},"meta":{}},"required":["id","meta"]})",
+};
+
+void check_document(const std::string& text, const json& schema) {
+  json value;
+  try {
+    value = json::parse(text);
+  } catch (const json::exception& e) {
+    ADD_FAILURE() << "does not parse: " << text << "\n" << e.what();
+    return;
+  }
+  if (schema.is_null()) {
+    EXPECT_TRUE(value.is_object()) << text;
+  } else if (const auto problem = validate_json_schema(schema, value)) {
+    ADD_FAILURE() << "does not validate: " << text << "\n" << *problem;
+  }
+}
+
+// Every token the mask allows is one accept() takes, and no other: the trie walk and the
+// string-body token sets agree with feeding the token's bytes directly.
+TEST(JsonConstraintMask, MaskEqualsTokenByTokenAcceptance) {
+  const JsonVocab& vocab = toy_vocab();
+  std::vector<json> schemas = {json()};
+  for (const char* s : kSchemas) schemas.push_back(json::parse(s));
+  for (size_t k = 0; k < schemas.size(); ++k) {
+    const auto grammar = [&] {
+      return schemas[k].is_null() ? JsonGrammar::any_object() : JsonGrammar::from_schema(schemas[k]);
+    };
+    JsonConstraint c(vocab, grammar());
+    Rng rng(k + 100);
+    std::vector<float> logits(vocab.size());
+    for (int step = 0; step < 40 && !c.complete(); ++step) {
+      std::fill(logits.begin(), logits.end(), 0.0f);
+      c.apply(logits);
+      std::vector<int32_t> allowed;
+      for (size_t id = 0; id < vocab.size(); ++id) {
+        const bool in_mask = std::isfinite(logits[id]);
+        ASSERT_EQ(in_mask, c.allows(int32_t(id))) << "schema " << k << " step " << step << " token " << id
+                                                  << " \"" << vocab.bytes(int32_t(id)) << "\"";
+        if (in_mask && !vocab.is_end(int32_t(id))) allowed.push_back(int32_t(id));
+      }
+      ASSERT_FALSE(allowed.empty());
+      c.accept(allowed[rng.below(uint32_t(allowed.size()))]);
+    }
+  }
+}
+
+TEST(JsonConstraintGenerate, ToyVocabularyOutputsParseAndValidate) {
+  std::vector<json> schemas = {json()};
+  for (const char* s : kSchemas) schemas.push_back(json::parse(s));
+  size_t completed = 0, runs = 0;
+  for (size_t k = 0; k < schemas.size(); ++k) {
+    for (uint64_t seed = 0; seed < 64; ++seed) {
+      JsonGrammar g = schemas[k].is_null() ? JsonGrammar::any_object() : JsonGrammar::from_schema(schemas[k]);
+      const auto out = generate_constrained(toy_vocab(), std::move(g), seed * 31 + k, 400, seed % 2 == 0);
+      ++runs;
+      if (!out.completed) continue;
+      ++completed;
+      check_document(out.text, schemas[k]);
+    }
+  }
+  // The bias towards closing tokens finishes most documents; the check above is on those.
+  EXPECT_GT(completed, runs * 3 / 4) << completed << " of " << runs;
+}
+
+TEST(JsonConstraintGenerate, QwenVocabularyOutputsParseAndValidate) {
+  try {
+    tokenizer::testing::qwen3_package_dir();
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const tokenizer::Tokenizer& tok = tokenizer::testing::qwen3_tokenizer();
+  const auto build_start = std::chrono::steady_clock::now();
+  const JsonVocab vocab(tok);
+  const double build_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - build_start).count();
+  std::vector<json> schemas = {json()};
+  for (const char* s : kSchemas) schemas.push_back(json::parse(s));
+  size_t completed = 0, runs = 0, steps = 0;
+  double seconds = 0;
+  for (size_t k = 0; k < schemas.size(); ++k) {
+    for (uint64_t seed = 0; seed < 3; ++seed) {
+      JsonGrammar g = schemas[k].is_null() ? JsonGrammar::any_object() : JsonGrammar::from_schema(schemas[k]);
+      const auto out = generate_constrained(vocab, std::move(g), seed * 7 + k, 150, seed % 2 == 1);
+      ++runs;
+      steps += out.steps + out.completed;
+      seconds += out.apply_seconds;
+      if (!out.completed) continue;
+      ++completed;
+      check_document(out.text, schemas[k]);
+    }
+  }
+  EXPECT_GT(completed, runs / 2) << completed << " of " << runs;
+  std::printf(
+      "{\"qwen_vocab\": %zu, \"vocab_index_ms\": %.1f, \"apply_steps\": %zu, \"apply_ms_per_step\": %.3f}\n",
+      vocab.size(), build_ms, steps, 1000.0 * seconds / double(steps));
+}
+
+}  // namespace
+}  // namespace strata::decode
