@@ -1,5 +1,11 @@
 #include "experts/expert_source.h"
 
+#include <algorithm>
+#include <filesystem>
+
+#include "experts/arena.h"
+#include "experts/pack.h"
+#include "experts/streaming_source.h"
 #include "gguf/gguf.h"
 #include "model/config.h"
 #include "util/error.h"
@@ -23,20 +29,87 @@ class MappedSource : public ExpertSource {
     }
   }
 
-  std::span<const backend::ExpertWeights> layer(int il, const backend::Routing&) override {
-    return layers_.at(size_t(il));
+  void layer(int il, const backend::Routing& routing, const GroupFn& fn) override {
+    ids_.assign(routing.experts.begin(), routing.experts.end());
+    std::sort(ids_.begin(), ids_.end());
+    ids_.erase(std::unique(ids_.begin(), ids_.end()), ids_.end());
+    fn({layers_.at(size_t(il)), ids_, true});
   }
 
  private:
   std::vector<std::vector<backend::ExpertWeights>> layers_;
+  std::vector<int32_t> ids_;
 };
 
 }  // namespace
+
+double CacheStats::hit_rate() const {
+  const uint64_t n = hits + misses;
+  return n == 0 ? 0.0 : double(hits) / double(n);
+}
+
+double CacheStats::read_ahead_accuracy() const {
+  return read_ahead_routed == 0 ? 0.0 : double(read_ahead_predicted) / double(read_ahead_routed);
+}
+
+CacheStats CacheStats::since(const CacheStats& e) const {
+  CacheStats d;
+  d.hits = hits - e.hits;
+  d.misses = misses - e.misses;
+  d.bytes_read = bytes_read - e.bytes_read;
+  d.read_seconds = read_seconds - e.read_seconds;
+  d.stall_seconds = stall_seconds - e.stall_seconds;
+  d.read_ahead_reads = read_ahead_reads - e.read_ahead_reads;
+  d.read_ahead_predicted = read_ahead_predicted - e.read_ahead_predicted;
+  d.read_ahead_routed = read_ahead_routed - e.read_ahead_routed;
+  d.chunked_layers = chunked_layers - e.chunked_layers;
+  d.evictions = evictions - e.evictions;
+  d.early_retirements = early_retirements - e.early_retirements;
+  return d;
+}
 
 std::unique_ptr<ExpertSource> make_mapped_source(const gguf::Reader& reader,
                                                  const model::ModelConfig& config,
                                                  backend::Backend& backend) {
   return std::make_unique<MappedSource>(reader, config, backend);
+}
+
+namespace {
+
+// Below this the default budget would thrash; a machine that short of memory should say
+// --expert-budget itself.
+constexpr uint64_t kMinDefaultBudget = uint64_t(512) << 20;
+
+OpenedSource streamed(std::unique_ptr<Pack> pack, uint64_t trunk_bytes, const SourceOptions& o) {
+  StreamingOptions so;
+  so.budget_bytes =
+      o.budget_bytes.value_or(std::max(default_expert_budget(trunk_bytes), kMinDefaultBudget));
+  so.read_ahead = o.read_ahead;
+  const std::string path = pack->path();
+  auto source = std::make_unique<StreamingSource>(std::move(pack), so);
+  const Arena& a = source->arena();
+  return {std::move(source),
+          cat("streamed from ", path, ", budget ", format_byte_size(so.budget_bytes), " (",
+              a.n_slots(), " slots of ", format_byte_size(a.slot_bytes()), ", read-ahead ",
+              o.read_ahead ? "on" : "off", ")")};
+}
+
+}  // namespace
+
+OpenedSource open_expert_source(const gguf::Reader& reader, const model::ModelConfig& c,
+                                backend::Backend& backend, const SourceOptions& o) {
+  uint64_t expert_bytes = 0, all_bytes = 0;
+  for (const auto& t : reader.tensors()) {
+    all_bytes += t.nbytes;
+    if (t.name.ends_with("_exps.weight")) expert_bytes += t.nbytes;
+  }
+  const uint64_t trunk_bytes = all_bytes - expert_bytes;
+  if (!has_expert_stacks(reader) || o.budget_bytes || !o.pack.empty())
+    return streamed(open_model_pack(reader, c, o.pack), trunk_bytes, o);
+  const bool fits = expert_bytes <= std::max(default_expert_budget(trunk_bytes), kMinDefaultBudget);
+  if (!fits && std::filesystem::exists(pack_path_for(reader)))
+    return streamed(open_model_pack(reader, c), trunk_bytes, o);
+  return {make_mapped_source(reader, c, backend), "mapped from the GGUF"};
 }
 
 }  // namespace strata::experts

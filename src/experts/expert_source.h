@@ -1,10 +1,14 @@
 // Where a layer's routed experts come from. The forward pass reaches expert weights only through
-// this interface, so the streaming expert cache (arena slots filled from the .experts pack) can
-// replace today's file-mapped stacks without touching model code (DESIGN.md, "Expert arena").
+// this interface: the file-mapped stacks when everything fits in memory, or the streaming expert
+// cache (arena slots filled from the .experts pack, streaming_source.h; DESIGN.md, "Expert arena").
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -19,20 +23,86 @@ struct ModelConfig;
 
 namespace strata::experts {
 
+// What the expert cache did, cumulative since it started (the mapped source has none).
+struct CacheStats {
+  uint64_t hits = 0;    // routed (layer, expert) lookups of a window found resident
+  uint64_t misses = 0;  // ... read urgently
+  uint64_t bytes_read = 0;     // record bytes delivered by the reader (misses and read-ahead)
+  double read_seconds = 0;     // reader wall time with a read in flight
+  double stall_seconds = 0;    // forward time spent waiting for records
+  uint64_t read_ahead_reads = 0;      // read-ahead requests queued
+  uint64_t read_ahead_predicted = 0;  // routed experts of a layer that its read-ahead guess named
+  uint64_t read_ahead_routed = 0;     // routed experts of layers that had a guess
+  uint64_t chunked_layers = 0;        // layer windows computed in more than one group
+  uint64_t evictions = 0;
+  uint64_t early_retirements = 0;  // limbo retired before the window boundary (over budget)
+
+  double hit_rate() const;             // 0..1, 0 without lookups
+  double read_ahead_accuracy() const;  // read_ahead_predicted / read_ahead_routed
+  // These counters minus `earlier`'s (the work between two snapshots).
+  CacheStats since(const CacheStats& earlier) const;
+};
+
+// Experts of one layer resident together, for one compute step.
+struct ExpertGroup {
+  // Indexed by expert id; the entries of `ids` are valid for the duration of the call, the
+  // others may be empty.
+  std::span<const backend::ExpertWeights> weights;
+  std::span<const int32_t> ids;  // ascending
+  bool whole = false;            // every expert the routing names is in this one group
+};
+
 class ExpertSource {
  public:
+  using GroupFn = std::function<void(const ExpertGroup& group)>;
+
   virtual ~ExpertSource() = default;
-  // The weights of layer `layer`'s experts, indexed by expert id, for a window whose routing is
-  // `routing`: every expert it names is usable until the next call (a cache waits for misses
-  // here: the handshake). Other entries may be empty.
-  virtual std::span<const backend::ExpertWeights> layer(int layer,
-                                                        const backend::Routing& routing) = 0;
+
+  // Model::forward brackets each window with these (end_window also when the window throws).
+  virtual void begin_window() {}
+  virtual void end_window() {}
+
+  // Makes the experts `routing` names at `layer` resident (a cache waits for misses here: the
+  // handshake) and hands them to `fn`: in one group when they fit at once, else in several, each
+  // expert in exactly one group. Throws strata::Error when a record cannot be read.
+  virtual void layer(int layer, const backend::Routing& routing, const GroupFn& fn) = 0;
+
+  // Read-ahead: whether the source wants guesses, and a guess at `layer`'s routing (the next
+  // layer's router applied to the current layer's MoE input). Called from inside the group
+  // function of layer `layer - 1`. Never changes what is computed.
+  virtual bool wants_read_ahead() const { return false; }
+  virtual void read_ahead(int /*layer*/, const backend::Routing& /*guess*/) {}
+
+  virtual std::optional<CacheStats> stats() const { return std::nullopt; }
 };
 
 // Every expert as a slice of the file's [ne0, ne1, n_expert] stacks (ffn_{gate,up,down}_exps),
-// prepared once through Backend::weight. Throws strata::Error naming a missing stack.
+// prepared once through Backend::weight: one group per layer. Throws strata::Error naming a
+// missing stack.
 std::unique_ptr<ExpertSource> make_mapped_source(const gguf::Reader& reader,
                                                  const model::ModelConfig& config,
                                                  backend::Backend& backend);
+
+// How Model::load picks the routed experts' source (docs/EXPERT_CACHE.md, "Which source"):
+// - a trunk-only GGUF (no expert stacks): streamed from its pack, which must exist;
+// - a full GGUF with a budget or a pack path given: streamed from the pack;
+// - a full GGUF otherwise: mapped, unless its experts exceed the default budget and a pack sits
+//   where pack_path_for looks, then streamed with the default budget.
+struct SourceOptions {
+  std::optional<uint64_t> budget_bytes;  // --expert-budget
+  std::string pack;                      // --pack; empty: the GGUF's strata.experts.pack or
+                                         // MODEL.gguf.experts
+  bool read_ahead = true;                // --read-ahead
+};
+
+struct OpenedSource {
+  std::unique_ptr<ExpertSource> source;
+  std::string description;  // "mapped from the GGUF" or "streamed from PACK, budget ..."
+};
+
+// Throws strata::Error for a missing pack (saying how to make one), a pack that does not match
+// the model, or a budget below one record.
+OpenedSource open_expert_source(const gguf::Reader& reader, const model::ModelConfig& config,
+                                backend::Backend& backend, const SourceOptions& options);
 
 }  // namespace strata::experts

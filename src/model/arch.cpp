@@ -35,12 +35,18 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 }  // namespace
 
-void validate_tensors(const gguf::Reader& reader, const ModelConfig& c) {
+void validate_tensors(const gguf::Reader& reader, const ModelConfig& c, bool experts_in_file) {
   std::unordered_map<std::string, const TensorSpec*> by_name;
   const auto specs = tensor_specs(c);
   for (const auto& s : specs) by_name[s.name] = &s;
   for (const auto& s : specs) {
     const gguf::TensorInfo* t = reader.find_tensor(s.name);
+    if (!experts_in_file && s.role == Role::RoutedExpert) {
+      if (t)
+        fail(reader.path(), ": has expert stack ", s.name,
+             " but not all of them; the file is neither a full model nor a trunk-only one");
+      continue;
+    }
     if (!t) {
       if (s.required) fail(reader.path(), ": missing tensor ", s.name, " ", shape_str(s.shape));
       continue;

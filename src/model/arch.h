@@ -57,8 +57,10 @@ std::vector<TensorSpec> qwen3moe_tensors(const ModelConfig& c);
 
 // Checks a file against the list for its own config: every required tensor present with the
 // spec's shape, no optional one with a wrong shape, no tensor the list does not know. Throws
-// strata::Error naming the file and the first problem.
-void validate_tensors(const gguf::Reader& reader, const ModelConfig& c);
+// strata::Error naming the file and the first problem. With experts_in_file false (a trunk-only
+// GGUF whose experts are in a .experts pack) the routed-expert stacks must all be absent.
+void validate_tensors(const gguf::Reader& reader, const ModelConfig& c,
+                      bool experts_in_file = true);
 
 // Appends to a list while reading like a table: add(name, {ne0, ne1}, role, cls, init).
 class SpecList {

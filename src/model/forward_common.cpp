@@ -1,5 +1,7 @@
 #include "model/forward_common.h"
 
+#include <algorithm>
+
 #include "util/error.h"
 
 namespace strata::model {
@@ -37,6 +39,21 @@ Tensor norm(Window& w, const Tensor& x, const backend::Weight& g) {
   return y;
 }
 
+namespace {
+
+// Read-ahead: layer il + 1's router applied to layer il's MoE input is a cheap guess at the
+// experts the next layer will route to, so their reads can start while this layer computes.
+void guess_next_layer(Window& w, int64_t il, const Tensor& x) {
+  if (!w.experts.wants_read_ahead() || il + 1 >= w.c.n_layer) return;
+  const LayerWeights& next = w.w.layers[size_t(il + 1)];
+  if (!present(next.ffn_gate_inp)) return;
+  Tensor logits = w.tmp(w.T, w.c.n_expert);
+  w.be.matmul(next.ffn_gate_inp, x, logits);
+  w.experts.read_ahead(int(il + 1), w.be.route_softmax_topk(logits, w.c.n_expert_used, false));
+}
+
+}  // namespace
+
 Tensor moe(Window& w, int64_t il, const Tensor& x) {
   const LayerWeights& L = w.w.layers[size_t(il)];
   backend::Backend& be = w.be;
@@ -45,8 +62,26 @@ Tensor moe(Window& w, int64_t il, const Tensor& x) {
   // softmax, topk, and `router_top_value /= sum` when norm_topk_prob
   const backend::Routing routing =
       be.route_softmax_topk(logits, w.c.n_expert_used, w.renormalize_topk);
-  Tensor y = w.tmp(w.T, w.c.n_embd);                                 // zeros
-  be.moe_experts(x, routing, w.experts.layer(int(il), routing), y);  // self.experts(...)
+  Tensor y = w.tmp(w.T, w.c.n_embd);  // zeros
+  // self.experts(...): in one step when the layer's experts are resident together, else one
+  // group at a time into per-pair outputs combined afterwards (bitwise the one-step result).
+  Tensor pair_out;
+  bool first = true;
+  w.experts.layer(int(il), routing, [&](const experts::ExpertGroup& g) {
+    if (first) guess_next_layer(w, il, x);
+    first = false;
+    if (g.whole) {
+      be.moe_experts(x, routing, g.weights, y);
+      return;
+    }
+    if (!pair_out.data) pair_out = w.tmp(w.T * routing.top_k, w.c.n_embd);
+    std::vector<int64_t> pairs;
+    for (size_t p = 0; p < routing.experts.size(); ++p)
+      if (std::binary_search(g.ids.begin(), g.ids.end(), routing.experts[p]))
+        pairs.push_back(int64_t(p));
+    be.moe_expert_outputs(x, routing, pairs, g.weights, pair_out);
+  });
+  if (pair_out.data) be.moe_combine(routing, pair_out, y);
   if (!present(L.ffn_gate_shexp)) return y;
   // shared_expert_output = self.shared_expert(hidden_states)
   Tensor gate = w.tmp(w.T, w.c.n_ff_shexp), up = w.tmp(w.T, w.c.n_ff_shexp);

@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include "experts/pack.h"
 #include "gguf/gguf.h"
 #include "model/arch.h"
 #include "model/forward_common.h"
@@ -13,14 +14,17 @@ Model::Model(std::unique_ptr<gguf::Reader> reader, backend::Backend& backend)
 
 Model::~Model() = default;
 
-std::unique_ptr<Model> Model::load(const std::string& path, backend::Backend& backend) {
+std::unique_ptr<Model> Model::load(const std::string& path, backend::Backend& backend,
+                                   const experts::SourceOptions& experts) {
   std::unique_ptr<Model> m(new Model(gguf::Reader::open(path), backend));
   const gguf::Reader& r = *m->reader_;
   m->config_ = ModelConfig::read(r);
   const ModelConfig& c = m->config_;
-  validate_tensors(r, c);
+  validate_tensors(r, c, experts::has_expert_stacks(r));
   m->weights_ = load_weights(r, c, backend);
-  m->experts_ = experts::make_mapped_source(r, c, backend);
+  auto opened = experts::open_expert_source(r, c, backend, experts);
+  m->experts_ = std::move(opened.source);
+  m->experts_description_ = std::move(opened.description);
   // llama.cpp's key; absent in Qwen3 files, whose routers all renormalise (norm_topk_prob).
   if (const gguf::Value* v = r.find(cat(arch_name(c.arch), ".expert_weights_norm")))
     m->renormalize_topk_ = v->as_bool();
@@ -41,6 +45,13 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   if (int64_t(state.layers.size()) != c.n_layer)
     fail("forward: the state belongs to another model");
 
+  // The expert cache's window boundary, also when the window throws (a record that cannot be
+  // read): limbo retires and no expert stays held.
+  struct WindowScope {
+    experts::ExpertSource& source;
+    explicit WindowScope(experts::ExpertSource& s) : source(s) { source.begin_window(); }
+    ~WindowScope() { source.end_window(); }
+  } window_scope(*experts_);
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
   for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
   Scratch keep(backend_);

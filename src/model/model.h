@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,7 +36,10 @@ class Model {
   // Maps and validates the file (architecture, hyperparameters, every tensor against the
   // architecture's list) and prepares its weights. Throws strata::Error naming the file and
   // the problem.
-  static std::unique_ptr<Model> load(const std::string& path, backend::Backend& backend);
+  // The routed experts come from the file's stacks or stream from the .experts pack, as
+  // `experts` and experts::open_expert_source decide.
+  static std::unique_ptr<Model> load(const std::string& path, backend::Backend& backend,
+                                     const experts::SourceOptions& experts = {});
   ~Model();
 
   const ModelConfig& config() const { return config_; }
@@ -53,10 +57,17 @@ class Model {
   // Called with every named activation of later forward() calls; empty = none (the default).
   void set_dump(DumpFn dump) { dump_ = std::move(dump); }
 
-  // Replaces the routed-expert source (the streaming cache, later).
-  void set_expert_source(std::unique_ptr<experts::ExpertSource> source) {
+  // Replaces the routed-expert source.
+  void set_expert_source(std::unique_ptr<experts::ExpertSource> source,
+                         std::string description) {
     experts_ = std::move(source);
+    experts_description_ = std::move(description);
   }
+  experts::ExpertSource& expert_source() const { return *experts_; }
+  // "mapped from the GGUF" or "streamed from PACK, budget ...".
+  const std::string& experts_description() const { return experts_description_; }
+  // The expert cache's counters; empty when the experts are mapped.
+  std::optional<experts::CacheStats> expert_stats() const { return experts_->stats(); }
 
  private:
   Model(std::unique_ptr<gguf::Reader> reader, backend::Backend& backend);
@@ -66,6 +77,7 @@ class Model {
   ModelConfig config_;
   Weights weights_;
   std::unique_ptr<experts::ExpertSource> experts_;
+  std::string experts_description_;
   bool renormalize_topk_ = true;
   DumpFn dump_;
 };

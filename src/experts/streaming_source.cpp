@@ -1,0 +1,271 @@
+#include "experts/streaming_source.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_map>
+
+#include "util/error.h"
+
+namespace strata::experts {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class ReaderIo : public RecordIo {
+ public:
+  ReaderIo(const Pack& pack, const ReaderOptions& options) : reader_(pack, options) {}
+
+  Id submit(int layer, int expert, void* dst, Priority priority) override {
+    const Id id = next_++;
+    tickets_.emplace(id, reader_.submit(layer, expert, dst, priority));
+    return id;
+  }
+  void wait(Id id) override {
+    const Ticket t = take(id);
+    reader_.wait(t);
+  }
+  bool cancel(Id id) override {
+    if (!reader_.cancel(ticket(id))) return false;
+    take(id);
+    return true;
+  }
+  void promote(Id id) override { reader_.promote(ticket(id)); }
+  Counters counters() const override {
+    const ReaderStats s = reader_.stats();
+    return {s.bytes, s.busy_seconds};
+  }
+
+ private:
+  const Ticket& ticket(Id id) const {
+    const auto it = tickets_.find(id);
+    if (it == tickets_.end()) fail("expert reader: request ", id, " is not pending");
+    return it->second;
+  }
+  Ticket take(Id id) {
+    const Ticket t = ticket(id);
+    tickets_.erase(id);
+    return t;
+  }
+
+  ExpertReader reader_;
+  std::unordered_map<Id, Ticket> tickets_;
+  Id next_ = 1;
+};
+
+std::vector<int32_t> distinct_experts(const backend::Routing& routing) {
+  std::vector<int32_t> ids(routing.experts.begin(), routing.experts.end());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+std::vector<Layout> pack_layouts(const Pack& pack) {
+  std::vector<Layout> out;
+  for (int l = 0; l < pack.n_layers(); ++l) out.push_back(pack.layout(l));
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<RecordIo> make_reader_io(const Pack& pack, const ReaderOptions& options) {
+  return std::make_unique<ReaderIo>(pack, options);
+}
+
+StreamingSource::StreamingSource(std::vector<Layout> layouts, int n_experts,
+                                 uint64_t max_record_bytes, std::unique_ptr<RecordIo> io,
+                                 const StreamingOptions& o)
+    : layouts_(std::move(layouts)), n_experts_(n_experts), read_ahead_(o.read_ahead) {
+  const uint64_t slot =
+      (max_record_bytes + Arena::kSlotAlignment - 1) / Arena::kSlotAlignment * Arena::kSlotAlignment;
+  if (slot == 0) fail("expert cache: the pack's records are empty");
+  if (o.budget_bytes < slot)
+    fail("--expert-budget ", format_byte_size(o.budget_bytes), " is below one expert record (",
+         format_byte_size(slot), "); give at least that");
+  // More slots than records would never be used.
+  const uint64_t records = uint64_t(layouts_.size()) * uint64_t(n_experts_);
+  const size_t n_slots = size_t(std::min(o.budget_bytes / slot, records));
+  arena_ = std::make_unique<Arena>(Arena::Options{int(layouts_.size()), n_experts_, size_t(slot),
+                                                  n_slots, o.reserve.value_or(n_slots / 32)});
+  io_ = std::move(io);
+  pending_.assign(n_slots, 0);
+  settle_fn_ = [this](int32_t s) { settle(s); };
+  weights_.resize(size_t(n_experts_));
+}
+
+StreamingSource::StreamingSource(std::unique_ptr<Pack> pack, const StreamingOptions& o)
+    : StreamingSource(pack_layouts(*pack), pack->n_experts(), pack->max_record_bytes(),
+                      make_reader_io(*pack, o.reader), o) {
+  pack_ = std::move(pack);
+}
+
+StreamingSource::~StreamingSource() {
+  for (size_t s = 0; s < pending_.size(); ++s) settle(int32_t(s));
+}
+
+void StreamingSource::settle(int32_t s) {
+  const RecordIo::Id id = pending_[size_t(s)];
+  if (id == 0) return;
+  pending_[size_t(s)] = 0;
+  if (io_->cancel(id)) return;
+  try {
+    io_->wait(id);
+  } catch (const Error&) {
+    // A read-ahead whose expert was evicted unused: its failure reaches nobody. The record is
+    // read again, and its error reported, if a window ever routes to it.
+  }
+}
+
+void StreamingSource::finish_read(int32_t s) {
+  const RecordIo::Id id = pending_[size_t(s)];
+  if (id == 0) return;
+  pending_[size_t(s)] = 0;
+  const auto start = Clock::now();
+  try {
+    io_->wait(id);
+  } catch (...) {
+    stats_.stall_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    arena_->drop(s);
+    throw;
+  }
+  stats_.stall_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void StreamingSource::begin_window() { guess_layer_ = -1; }
+
+void StreamingSource::end_window() {
+  arena_->release_holds();
+  arena_->end_window(settle_fn_);
+  guess_layer_ = -1;
+}
+
+void StreamingSource::acquire(int il, std::span<const int32_t> ids) {
+  for (int32_t e : ids) {
+    int32_t s = arena_->slot_of(il, e);
+    if (s != Arena::kMiss) {
+      arena_->touch(s);
+      if (pending_[size_t(s)] != 0) io_->promote(pending_[size_t(s)]);
+    } else {
+      s = arena_->assign(il, e, settle_fn_);
+      if (s == Arena::kMiss)
+        fail("internal error: expert cache has no slot for layer ", il, " expert ", e);
+      pending_[size_t(s)] = io_->submit(il, e, arena_->slot_data(s), Priority::Urgent);
+    }
+    arena_->hold(s);
+  }
+  for (int32_t e : ids) finish_read(arena_->slot_of(il, e));
+}
+
+void StreamingSource::layer(int il, const backend::Routing& routing, const GroupFn& fn) {
+  if (il < 0 || size_t(il) >= layouts_.size())
+    fail("expert cache: layer ", il, " is outside the pack's ", layouts_.size(), " layers");
+  const std::vector<int32_t> ids = distinct_experts(routing);
+  for (int32_t e : ids)
+    if (e < 0 || e >= n_experts_)
+      fail("expert cache: expert id ", e, " at layer ", il, " is outside the pack's ", n_experts_,
+           " experts");
+  if (guess_layer_ == il) {
+    for (int32_t e : ids) stats_.read_ahead_predicted += std::binary_search(guess_.begin(), guess_.end(), e);
+    stats_.read_ahead_routed += ids.size();
+    guess_layer_ = -1;
+  }
+
+  // Resident experts first, so the first group holds them before any miss can evict one.
+  std::vector<int32_t> order;
+  std::vector<bool> pinned_hit;
+  for (int32_t e : ids)
+    if (arena_->slot_of(il, e) != Arena::kMiss) order.push_back(e);
+  const size_t n_hits = order.size();
+  stats_.hits += n_hits;
+  stats_.misses += ids.size() - n_hits;
+  for (int32_t e : ids)
+    if (arena_->slot_of(il, e) == Arena::kMiss) order.push_back(e);
+
+  // Groups of at most `room` unpinned experts (pinned ones are resident for good and cost no
+  // slot), each group in ascending id order.
+  const size_t room = arena_->n_slots() - arena_->pinned_count();
+  std::vector<std::vector<int32_t>> groups(1);
+  size_t cost = 0;
+  for (int32_t e : order) {
+    const int32_t s = arena_->slot_of(il, e);
+    const size_t c = (s != Arena::kMiss && arena_->pinned(s)) ? 0 : 1;
+    if (cost + c > room) {
+      groups.emplace_back();
+      cost = 0;
+    }
+    groups.back().push_back(e);
+    cost += c;
+  }
+  for (auto& g : groups) std::sort(g.begin(), g.end());
+  if (groups.size() > 1) ++stats_.chunked_layers;
+
+  const Layout& layout = layouts_[size_t(il)];
+  for (const auto& g : groups) {
+    struct Release {
+      Arena& arena;
+      ~Release() { arena.release_holds(); }
+    } release{*arena_};
+    acquire(il, g);
+    for (int32_t e : g) weights_[size_t(e)] = layout.weights(arena_->slot_data(arena_->slot_of(il, e)));
+    fn({weights_, g, groups.size() == 1});
+    for (int32_t e : g) weights_[size_t(e)] = {};
+  }
+}
+
+void StreamingSource::read_ahead(int il, const backend::Routing& guess) {
+  if (!read_ahead_ || il < 0 || size_t(il) >= layouts_.size()) return;
+  guess_ = distinct_experts(guess);
+  guess_layer_ = il;
+  std::vector<int32_t> missing;
+  for (int32_t e : guess_)
+    if (e >= 0 && e < n_experts_ && arena_->slot_of(il, e) == Arena::kMiss) missing.push_back(e);
+  // A guess larger than what is free to take would only evict experts about to be used.
+  const size_t room = arena_->n_slots() - arena_->pinned_count() - arena_->held();
+  if (missing.size() > room / 2) return;
+  for (int32_t e : missing) {
+    const int32_t s = arena_->assign(il, e, settle_fn_);
+    if (s == Arena::kMiss) return;
+    pending_[size_t(s)] = io_->submit(il, e, arena_->slot_data(s), Priority::ReadAhead);
+    ++stats_.read_ahead_reads;
+  }
+}
+
+size_t StreamingSource::pin(std::span<const ExpertKey> ranked, size_t max_pins) {
+  const size_t limit =
+      std::min(max_pins, arena_->n_slots() - arena_->reserve() - 1 - arena_->pinned_count());
+  std::vector<int32_t> loaded;
+  struct Release {
+    Arena& arena;
+    ~Release() { arena.release_holds(); }
+  } release{*arena_};
+  for (const ExpertKey& k : ranked) {
+    if (loaded.size() >= limit) break;
+    if (k.layer < 0 || size_t(k.layer) >= layouts_.size() || k.expert < 0 || k.expert >= n_experts_)
+      fail("expert cache: cannot pin (layer ", k.layer, ", expert ", k.expert, "): outside the pack's ",
+           layouts_.size(), " layers x ", n_experts_, " experts");
+    int32_t s = arena_->slot_of(k.layer, k.expert);
+    if (s != Arena::kMiss && arena_->pinned(s)) continue;
+    if (s == Arena::kMiss) {
+      s = arena_->assign(k.layer, k.expert, settle_fn_);
+      if (s == Arena::kMiss) break;
+      pending_[size_t(s)] = io_->submit(k.layer, k.expert, arena_->slot_data(s), Priority::Urgent);
+    }
+    arena_->hold(s);
+    loaded.push_back(s);
+  }
+  for (int32_t s : loaded) finish_read(s);
+  for (int32_t s : loaded) arena_->pin(s);
+  return loaded.size();
+}
+
+std::optional<CacheStats> StreamingSource::stats() const {
+  CacheStats s = stats_;
+  const RecordIo::Counters c = io_->counters();
+  s.bytes_read = c.bytes;
+  s.read_seconds = c.busy_seconds;
+  s.evictions = arena_->evictions();
+  s.early_retirements = arena_->early_retirements();
+  return s;
+}
+
+}  // namespace strata::experts

@@ -1,0 +1,107 @@
+// The streaming expert source: routed experts live in the .experts pack and are read on demand
+// into the arena (arena.h), a fixed byte budget of slots; the kernels compute from the slots
+// (docs/EXPERT_CACHE.md).
+//
+// Per layer of a window: the distinct experts the routing names are looked up in smap; hits are
+// touched in the LRU, misses get a slot and an urgent read, and the forward waits for them (the
+// handshake). When the budget cannot hold them all at once (a long prefill window touching every
+// expert of a layer), they are handed out in groups that fit; the model computes each group's
+// pairs and combines all pairs afterwards in rank order, so the output is bitwise the
+// all-resident output. Read-ahead guesses (the next layer's router on this layer's input) become
+// low-priority reads. Every residency decision is made on the forward thread in routing order,
+// never on I/O completion, so neither results nor where experts land depend on I/O timing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "experts/arena.h"
+#include "experts/expert_reader.h"
+#include "experts/expert_source.h"
+#include "experts/pack.h"
+
+namespace strata::experts {
+
+// How record bytes reach the arena: the pack through ExpertReader (make_reader_io), or in tests
+// any other source of record bytes.
+class RecordIo {
+ public:
+  using Id = uint64_t;  // 0 is never an id
+  struct Counters {
+    uint64_t bytes = 0;        // record bytes delivered, checksums verified
+    double busy_seconds = 0;   // wall time with a read in flight
+  };
+
+  virtual ~RecordIo() = default;
+  // Queues a read of record (layer, expert) into dst (4 KiB-aligned, a slot).
+  virtual Id submit(int layer, int expert, void* dst, Priority priority) = 0;
+  // Blocks until the read ends; throws its strata::Error (a bad checksum, an I/O error). The id
+  // is finished either way.
+  virtual void wait(Id id) = 0;
+  // True: dropped before any byte was written, the id is finished. False: wait() for it.
+  virtual bool cancel(Id id) = 0;
+  // A queued read-ahead request that became a miss moves to the urgent queue.
+  virtual void promote(Id id) = 0;
+  virtual Counters counters() const = 0;
+};
+
+// ExpertReader over `pack` (which must outlive the result).
+std::unique_ptr<RecordIo> make_reader_io(const Pack& pack, const ReaderOptions& options);
+
+struct StreamingOptions {
+  uint64_t budget_bytes = 0;  // the arena; at least one record
+  bool read_ahead = true;
+  // Slots kept free or in limbo once the arena is full; default n_slots / 32.
+  std::optional<size_t> reserve;
+  ReaderOptions reader;
+};
+
+class StreamingSource : public ExpertSource {
+ public:
+  // `layouts` per layer (a pack's), records up to `max_record_bytes`. Throws strata::Error when
+  // the budget is below one record.
+  StreamingSource(std::vector<Layout> layouts, int n_experts, uint64_t max_record_bytes,
+                  std::unique_ptr<RecordIo> io, const StreamingOptions& options);
+  // Over an opened pack, read by an ExpertReader with options.reader.
+  StreamingSource(std::unique_ptr<Pack> pack, const StreamingOptions& options);
+  ~StreamingSource() override;
+
+  void begin_window() override;
+  void end_window() override;
+  void layer(int layer, const backend::Routing& routing, const GroupFn& fn) override;
+  bool wants_read_ahead() const override { return read_ahead_; }
+  void read_ahead(int layer, const backend::Routing& guess) override;
+  std::optional<CacheStats> stats() const override;
+
+  // Loads and pins experts from a ranked list (best first: a profile), as many as leave at least
+  // one slot outside the reserve unpinned, and at most `max_pins`. Returns how many are pinned.
+  // Throws strata::Error when a record cannot be read.
+  size_t pin(std::span<const ExpertKey> ranked, size_t max_pins);
+
+  const Arena& arena() const { return *arena_; }
+
+ private:
+  void settle(int32_t slot);
+  // Waits for the slot's read, if any; a failed read leaves the slot empty and throws.
+  void finish_read(int32_t slot);
+  // Makes `ids` of `layer` resident and held (reads urgent, waits for them).
+  void acquire(int layer, std::span<const int32_t> ids);
+
+  std::unique_ptr<Pack> pack_;  // when the source owns it: outlives io_
+  std::vector<Layout> layouts_;
+  int n_experts_;
+  bool read_ahead_;
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<RecordIo> io_;  // destroyed first: its reads into the arena end before it goes
+  std::vector<RecordIo::Id> pending_;  // per slot: the read still writing into it, or 0
+  Arena::Settle settle_fn_;
+  std::vector<backend::ExpertWeights> weights_;  // n_experts, the current group's filled in
+  std::vector<int32_t> guess_;                   // the last read-ahead guess, ascending ids
+  int guess_layer_ = -1;
+  CacheStats stats_;
+};
+
+}  // namespace strata::experts

@@ -1,0 +1,491 @@
+// The expert cache's parts on their own: the chunked MoE ops (bitwise the one-step op), the
+// arena's bookkeeping (LRU, pinned and held slots, limbo and its retirement order, the reserve),
+// and the streaming source over an in-memory record source (groups that fit the budget, hits and
+// misses, read-ahead accounting, a failing record). The model-level equality of streamed and
+// mapped runs is in test_streaming_model.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "experts/arena.h"
+#include "experts/streaming_source.h"
+#include "test_quant_util.h"
+#include "util/error.h"
+
+namespace strata::experts {
+namespace {
+
+using backend::ExpertWeights;
+using backend::Routing;
+using backend::Tensor;
+using Floats = std::vector<float>;
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunked MoE ops.
+
+struct OwnedExperts {
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<ExpertWeights> weights;
+};
+
+OwnedExperts random_experts(int64_t E, int64_t n_embd, int64_t n_ff) {
+  OwnedExperts o;
+  o.bytes.reserve(size_t(3 * E));
+  auto add = [&](quant::Type t, int64_t rows, int64_t cols, uint64_t seed) {
+    o.bytes.push_back(quant::testing::random_weights(t, rows * cols, seed));
+    return backend::Weight{t, o.bytes.back().data(), cols, rows, quant::row_bytes(t, cols)};
+  };
+  for (int64_t e = 0; e < E; ++e) {
+    const quant::Type t = e % 3 == 1 ? quant::Type::Q8_0 : quant::Type::Q4_K;
+    const auto gate = add(t, n_ff, n_embd, 10 + 3 * uint64_t(e));
+    const auto up = add(t, n_ff, n_embd, 11 + 3 * uint64_t(e));
+    const auto down = add(t, n_embd, n_ff, 12 + 3 * uint64_t(e));
+    o.weights.push_back({gate, up, down});
+  }
+  return o;
+}
+
+Routing random_routing(int64_t T, int64_t K, int64_t E, uint64_t seed) {
+  Routing r;
+  r.top_k = K;
+  uint64_t x = seed;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> pool(static_cast<size_t>(E));
+    std::iota(pool.begin(), pool.end(), 0);
+    for (int64_t j = 0; j < K; ++j) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      const size_t pick = size_t(j) + size_t((x >> 33) % uint64_t(E - j));
+      std::swap(pool[size_t(j)], pool[pick]);
+      r.experts.push_back(pool[size_t(j)]);
+      r.weights.push_back(0.1f + 0.8f * float((x >> 40) % 1000) / 1000.0f);
+    }
+  }
+  return r;
+}
+
+Floats download(backend::Backend& be, const Tensor& t) {
+  Floats out(size_t(t.rows * t.cols));
+  be.download(t, out.data());
+  return out;
+}
+
+TEST(ExpertCacheMoe, ChunkedOutputsThenCombineEqualOneStepBitwise) {
+  const int64_t T = 12, K = 3, E = 8, n_embd = 256, n_ff = 256;
+  const OwnedExperts ex = random_experts(E, n_embd, n_ff);
+  const Routing routing = random_routing(T, K, E, 99);
+  const Floats x = quant::testing::random_floats(T * n_embd, 5);
+  const Floats y0 = quant::testing::random_floats(T * n_embd, 6);
+  for (int threads : {1, 2}) {
+    backend::CpuBackend be(threads);
+    Tensor xt = be.alloc(T, n_embd), y = be.alloc(T, n_embd);
+    be.upload(x.data(), xt);
+    be.upload(y0.data(), y);
+    be.moe_experts(xt, routing, ex.weights, y);
+    const Floats want = download(be, y);
+
+    // Expert groups of every size from 1 to all, as the streaming source hands them out; the
+    // experts outside a group are absent from the span it passes.
+    for (int64_t group = 1; group <= E; ++group) {
+      be.upload(y0.data(), y);
+      Tensor out = be.alloc(T * K, n_embd);
+      for (int64_t first = 0; first < E; first += group) {
+        std::vector<ExpertWeights> only(static_cast<size_t>(E));
+        std::vector<int64_t> pairs;
+        for (int64_t p = 0; p < T * K; ++p) {
+          const int32_t e = routing.experts[size_t(p)];
+          if (e >= first && e < first + group) {
+            pairs.push_back(p);
+            only[size_t(e)] = ex.weights[size_t(e)];
+          }
+        }
+        be.moe_expert_outputs(xt, routing, pairs, only, out);
+      }
+      be.moe_combine(routing, out, y);
+      const Floats got = download(be, y);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
+          << threads << " threads, groups of " << group << " experts";
+      be.release(out);
+    }
+    be.release(xt);
+    be.release(y);
+  }
+}
+
+TEST(ExpertCacheMoe, PartialOpsRejectBadPairsAndShapes) {
+  const int64_t T = 4, K = 2, E = 4, n_embd = 256, n_ff = 256;
+  const OwnedExperts ex = random_experts(E, n_embd, n_ff);
+  const Routing routing = random_routing(T, K, E, 3);
+  backend::CpuBackend be(1);
+  Tensor xt = be.alloc(T, n_embd), out = be.alloc(T * K, n_embd), y = be.alloc(T, n_embd);
+  const std::vector<int64_t> unsorted = {3, 1};
+  EXPECT_NE(error_of([&] { be.moe_expert_outputs(xt, routing, unsorted, ex.weights, out); })
+                .find("not above the one before"),
+            std::string::npos);
+  const std::vector<int64_t> outside = {T * K};
+  EXPECT_NE(error_of([&] { be.moe_expert_outputs(xt, routing, outside, ex.weights, out); })
+                .find("outside 0..7"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { be.moe_expert_outputs(xt, routing, {}, ex.weights, y); })
+                .find("one row per routed pair"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { be.moe_combine(routing, y, y); }).find("moe_combine"),
+            std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arena.
+
+Arena small_arena(size_t slots, size_t reserve) {
+  return Arena(Arena::Options{2, 8, 4096, slots, reserve});
+}
+
+TEST(ExpertCacheArena, AssignsFreeSlotsInOrderAndEvictsLeastRecentlyUsed) {
+  Arena a = small_arena(3, 0);
+  EXPECT_EQ(a.assign(0, 1, {}), 0);
+  EXPECT_EQ(a.assign(0, 2, {}), 1);
+  EXPECT_EQ(a.assign(1, 5, {}), 2);
+  EXPECT_EQ(a.slot_of(0, 2), 1);
+  EXPECT_EQ(a.slot_of(1, 4), Arena::kMiss);
+  a.touch(0);  // (0, 1) is now the most recently used; (0, 2) the least
+  const int32_t s = a.assign(1, 0, {});
+  EXPECT_EQ(s, 1);
+  EXPECT_EQ(a.slot_of(0, 2), Arena::kMiss);
+  EXPECT_EQ(a.slot_of(1, 0), 1);
+  EXPECT_EQ(a.key_of(1), (ExpertKey{1, 0}));
+  EXPECT_EQ(a.resident(), 3u);
+  EXPECT_EQ(a.evictions(), 1u);
+  EXPECT_EQ(uint64_t(reinterpret_cast<uintptr_t>(a.slot_data(1))) % Arena::kSlotAlignment, 0u);
+}
+
+TEST(ExpertCacheArena, PinnedAndHeldSlotsAreNeverEvicted) {
+  Arena a = small_arena(3, 0);
+  a.assign(0, 0, {});
+  a.assign(0, 1, {});
+  a.assign(0, 2, {});
+  a.pin(0);
+  a.hold(1);
+  EXPECT_EQ(a.assign(1, 3, {}), 2);  // only slot 2 may go
+  EXPECT_EQ(a.slot_of(0, 0), 0);
+  EXPECT_EQ(a.slot_of(0, 1), 1);
+  a.hold(2);
+  EXPECT_EQ(a.assign(1, 4, {}), Arena::kMiss) << "every slot pinned or held";
+  a.release_holds();
+  EXPECT_EQ(a.assign(1, 4, {}), 1);  // (0, 1) is older than (1, 3)
+  EXPECT_EQ(a.pinned_count(), 1u);
+}
+
+TEST(ExpertCacheArena, LimboSlotsWaitForTheWindowBoundaryAndRetireInEvictionOrder) {
+  // 6 slots, 2 in reserve: at most 4 residents; evictions go to limbo.
+  Arena a = small_arena(6, 2);
+  for (int e = 0; e < 4; ++e) a.assign(0, e, {});
+  EXPECT_EQ(a.free_count(), 2u);
+  std::vector<int32_t> settled;
+  const Arena::Settle record = [&](int32_t s) { settled.push_back(s); };
+  EXPECT_EQ(a.assign(1, 0, record), 4);  // a free slot; (0, 0) in slot 0 goes to limbo
+  EXPECT_EQ(a.slot_of(0, 0), Arena::kMiss);
+  EXPECT_EQ(a.limbo_count(), 1u);
+  EXPECT_EQ(a.assign(1, 1, record), 5);  // the last free slot, not the one in limbo
+  EXPECT_EQ(a.limbo_count(), 2u);        // (0, 1) in slot 1 followed
+  EXPECT_TRUE(settled.empty()) << "nothing retires inside the window while free slots remain";
+  a.end_window(record);
+  EXPECT_EQ(settled, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(a.free_count(), 2u);
+  EXPECT_EQ(a.assign(1, 2, record), 0) << "retired slots are reused in eviction order";
+  EXPECT_EQ(a.early_retirements(), 0u);
+}
+
+TEST(ExpertCacheArena, AWindowPastTheFreeSlotsRetiresLimboEarlyAtAFixedPoint) {
+  Arena a = small_arena(4, 1);
+  std::vector<int32_t> settled;
+  const Arena::Settle record = [&](int32_t s) { settled.push_back(s); };
+  std::vector<int32_t> slots;
+  for (int e = 0; e < 8; ++e) slots.push_back(a.assign(0, e, record));
+  // Three residents at most; each assignment after the third evicts one into limbo and the
+  // next one that finds no free slot retires limbo first.
+  EXPECT_EQ(slots, (std::vector<int32_t>{0, 1, 2, 3, 0, 1, 2, 3}));
+  EXPECT_GT(a.early_retirements(), 0u);
+  EXPECT_EQ(settled, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(a.resident(), 3u);
+  // The same sequence gives the same placement: nothing but the sequence decides.
+  Arena b = small_arena(4, 1);
+  for (int e = 0; e < 8; ++e) EXPECT_EQ(b.assign(0, e, {}), slots[size_t(e)]);
+}
+
+TEST(ExpertCacheArena, DropFreesASlotWhoseReadFailed) {
+  Arena a = small_arena(2, 0);
+  const int32_t s = a.assign(1, 7, {});
+  a.hold(s);
+  a.drop(s);
+  EXPECT_EQ(a.slot_of(1, 7), Arena::kMiss);
+  EXPECT_EQ(a.held(), 0u);
+  EXPECT_EQ(a.resident(), 0u);
+  EXPECT_EQ(a.assign(1, 7, {}), s);
+}
+
+TEST(ExpertCacheArena, RejectsBadShapesAndIds) {
+  EXPECT_NE(error_of([] { Arena(Arena::Options{2, 8, 4096, 2, 2}); }).find("reserve"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Arena(Arena::Options{0, 8, 4096, 2, 0}); }).find("bad shape"),
+            std::string::npos);
+  Arena a = small_arena(2, 0);
+  EXPECT_NE(error_of([&] { a.assign(2, 0, {}); }).find("outside 2 layers"), std::string::npos);
+  a.assign(0, 0, {});
+  EXPECT_NE(error_of([&] { a.assign(0, 0, {}); }).find("already in slot"), std::string::npos);
+}
+
+TEST(ExpertCacheArena, ParsesAndFormatsSizes) {
+  EXPECT_EQ(parse_byte_size("8G"), uint64_t(8) << 30);
+  EXPECT_EQ(parse_byte_size("512M"), uint64_t(512) << 20);
+  EXPECT_EQ(parse_byte_size("1.5GiB"), uint64_t(3) << 29);
+  EXPECT_EQ(parse_byte_size("64k"), uint64_t(64) << 10);
+  EXPECT_EQ(parse_byte_size("4096"), 4096u);
+  EXPECT_NE(error_of([] { parse_byte_size("lots"); }).find("'lots' is not a size"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_byte_size("8Q"); }).find("unknown unit"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_byte_size("-1G"); }).find("not a size in range"),
+            std::string::npos);
+  EXPECT_EQ(format_byte_size(uint64_t(3) << 29), "1.50 GiB");
+  EXPECT_GT(default_expert_budget(0), 0u) << "a test machine has more than 1 GiB available";
+}
+
+// ---------------------------------------------------------------------------------------------
+// StreamingSource over in-memory records.
+
+// Records of a made-up layout (gate/up/down F32 [rows x cols]), each filled with a byte pattern
+// of its (layer, expert); reads land when waited for, in submission order.
+class MemoryIo : public RecordIo {
+ public:
+  MemoryIo(const Layout& layout, int n_layers, int n_experts)
+      : layout_(layout), n_experts_(n_experts) {
+    for (int l = 0; l < n_layers; ++l)
+      for (int e = 0; e < n_experts; ++e)
+        records_.push_back(std::vector<uint8_t>(layout.record_bytes, uint8_t(l * 16 + e)));
+  }
+  Id submit(int layer, int expert, void* dst, Priority p) override {
+    submitted.push_back({layer, expert, p == Priority::Urgent});
+    pending_[next_] = {layer, expert, dst};
+    return next_++;
+  }
+  void wait(Id id) override {
+    const Pending r = pending_.at(id);
+    pending_.erase(id);
+    if (corrupt.count({r.layer, r.expert}))
+      fail("pack: record (layer ", r.layer, ", expert ", r.expert, ") has a bad checksum");
+    std::memcpy(r.dst, records_[size_t(r.layer * n_experts_ + r.expert)].data(),
+                layout_.record_bytes);
+    bytes_ += layout_.record_bytes;
+  }
+  bool cancel(Id id) override {
+    ++cancels;
+    return pending_.erase(id) == 1;
+  }
+  void promote(Id) override { ++promotions; }
+  Counters counters() const override { return {bytes_, 0.0}; }
+
+  struct Submitted {
+    int layer, expert;
+    bool urgent;
+  };
+  std::vector<Submitted> submitted;
+  std::set<std::pair<int, int>> corrupt;
+  int cancels = 0, promotions = 0;
+
+ private:
+  struct Pending {
+    int layer, expert;
+    void* dst;
+  };
+  Layout layout_;
+  int n_experts_;
+  std::vector<std::vector<uint8_t>> records_;
+  std::map<Id, Pending> pending_;
+  Id next_ = 1;
+  uint64_t bytes_ = 0;
+};
+
+Layout tiny_layout() {
+  Layout l;
+  l.gate = {quant::Type::F32, 4, 8, 32, 0};
+  l.up = {quant::Type::F32, 4, 8, 32, 128};
+  l.down = {quant::Type::F32, 8, 4, 16, 256};
+  l.record_bytes = 4096;
+  return l;
+}
+
+struct Harness {
+  MemoryIo* io;
+  std::unique_ptr<StreamingSource> source;
+};
+
+Harness streaming(size_t slots, bool read_ahead = true, size_t reserve = 0) {
+  const Layout l = tiny_layout();
+  auto io = std::make_unique<MemoryIo>(l, 2, 8);
+  MemoryIo* raw = io.get();
+  StreamingOptions o;
+  o.budget_bytes = slots * 4096;
+  o.read_ahead = read_ahead;
+  o.reserve = reserve;
+  return {raw, std::make_unique<StreamingSource>(std::vector<Layout>{l, l}, 8, 4096,
+                                                 std::move(io), o)};
+}
+
+Routing routing_of(std::vector<int32_t> experts, int64_t k) {
+  Routing r;
+  r.top_k = k;
+  r.weights.assign(experts.size(), 0.5f);
+  r.experts = std::move(experts);
+  return r;
+}
+
+// Runs one layer and returns the groups, checking each expert's weights point at its bytes.
+std::vector<std::vector<int32_t>> run_layer(StreamingSource& src, int layer, const Routing& r) {
+  std::vector<std::vector<int32_t>> groups;
+  src.layer(layer, r, [&](const ExpertGroup& g) {
+    groups.emplace_back(g.ids.begin(), g.ids.end());
+    for (int32_t e : g.ids) {
+      const auto* gate = static_cast<const uint8_t*>(g.weights[size_t(e)].gate.data);
+      EXPECT_EQ(gate[0], uint8_t(layer * 16 + e)) << "layer " << layer << " expert " << e;
+      const auto* down = static_cast<const uint8_t*>(g.weights[size_t(e)].down.data);
+      EXPECT_EQ(down - gate, 256);
+      EXPECT_EQ(g.weights[size_t(e)].down.rows, 8);
+    }
+  });
+  return groups;
+}
+
+TEST(ExpertCacheStreaming, HitsMissesAndOneGroupWhenEverythingFits) {
+  Harness h = streaming(8);
+  h.source->begin_window();
+  auto groups = run_layer(*h.source, 0, routing_of({3, 1, 1, 5}, 2));
+  EXPECT_EQ(groups, (std::vector<std::vector<int32_t>>{{1, 3, 5}}));
+  groups = run_layer(*h.source, 0, routing_of({5, 2}, 2));
+  EXPECT_EQ(groups, (std::vector<std::vector<int32_t>>{{2, 5}}));
+  h.source->end_window();
+  const CacheStats s = *h.source->stats();
+  EXPECT_EQ(s.misses, 4u);
+  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.bytes_read, 4u * 4096);
+  EXPECT_EQ(s.chunked_layers, 0u);
+  EXPECT_NEAR(s.hit_rate(), 0.2, 1e-12);
+}
+
+TEST(ExpertCacheStreaming, AWindowLargerThanTheBudgetComesInGroupsThatFit) {
+  Harness h = streaming(2);
+  h.source->begin_window();
+  run_layer(*h.source, 1, routing_of({6, 2}, 2));  // resident now: 2 and 6
+  const auto groups = run_layer(*h.source, 1, routing_of({0, 1, 2, 3, 4, 5, 6, 7}, 4));
+  h.source->end_window();
+  // The resident ones first, then the misses two at a time.
+  EXPECT_EQ(groups,
+            (std::vector<std::vector<int32_t>>{{2, 6}, {0, 1}, {3, 4}, {5, 7}}));
+  EXPECT_EQ(h.source->stats()->chunked_layers, 1u);
+  EXPECT_EQ(h.source->stats()->hits, 2u);
+}
+
+TEST(ExpertCacheStreaming, PinnedExpertsStayAndCostNoRoomInAGroup) {
+  Harness h = streaming(3);
+  const std::vector<ExpertKey> ranked = {{0, 4}, {1, 2}, {0, 7}};
+  // One slot must stay unpinned (none reserved here): two of the three fit.
+  EXPECT_EQ(h.source->pin(ranked, 10), 2u);
+  EXPECT_EQ(h.source->arena().pinned_count(), 2u);
+  h.source->begin_window();
+  const auto groups = run_layer(*h.source, 0, routing_of({4, 0, 1, 2}, 2));
+  h.source->end_window();
+  EXPECT_EQ(groups, (std::vector<std::vector<int32_t>>{{0, 4}, {1}, {2}}));
+  EXPECT_NE(h.source->arena().slot_of(0, 4), Arena::kMiss);
+  EXPECT_NE(h.source->arena().slot_of(1, 2), Arena::kMiss);
+}
+
+TEST(ExpertCacheStreaming, ReadAheadQueuesLowPriorityReadsAndCountsItsGuesses) {
+  Harness h = streaming(8);
+  h.source->begin_window();
+  h.source->layer(0, routing_of({0, 1}, 2), [&](const ExpertGroup&) {
+    h.source->read_ahead(1, routing_of({3, 4}, 2));
+  });
+  ASSERT_EQ(h.io->submitted.size(), 4u);
+  EXPECT_FALSE(h.io->submitted[2].urgent);
+  EXPECT_EQ(h.io->submitted[3].expert, 4);
+  run_layer(*h.source, 1, routing_of({4, 6}, 2));  // one of two guessed right
+  h.source->end_window();
+  const CacheStats s = *h.source->stats();
+  EXPECT_EQ(s.read_ahead_reads, 2u);
+  EXPECT_EQ(s.read_ahead_predicted, 1u);
+  EXPECT_EQ(s.read_ahead_routed, 2u);
+  EXPECT_DOUBLE_EQ(s.read_ahead_accuracy(), 0.5);
+  EXPECT_EQ(s.hits, 1u) << "the guessed expert is a hit (its read promoted and waited for)";
+  EXPECT_EQ(h.io->promotions, 1);
+
+  Harness off = streaming(8, false);
+  EXPECT_FALSE(off.source->wants_read_ahead());
+  off.source->read_ahead(1, routing_of({3, 4}, 2));
+  EXPECT_TRUE(off.io->submitted.empty());
+}
+
+TEST(ExpertCacheStreaming, AnUnusedReadAheadIsSettledBeforeItsSlotIsReused) {
+  // Two slots, one in reserve: the guessed expert is evicted before use; its read is cancelled
+  // when its slot leaves limbo, never left writing into a reused slot.
+  Harness h = streaming(3, true, 1);
+  h.source->begin_window();
+  h.source->layer(0, routing_of({0}, 1), [&](const ExpertGroup&) {
+    h.source->read_ahead(1, routing_of({5}, 1));
+  });
+  run_layer(*h.source, 1, routing_of({1}, 1));
+  run_layer(*h.source, 1, routing_of({2}, 1));
+  h.source->end_window();
+  EXPECT_GE(h.io->cancels, 1);
+  h.source->begin_window();
+  run_layer(*h.source, 1, routing_of({5, 6, 7}, 3));
+  h.source->end_window();
+}
+
+TEST(ExpertCacheStreaming, AFailedReadIsAClearErrorAndTheExpertIsReadAgainNextTime) {
+  Harness h = streaming(4);
+  h.io->corrupt.insert({1, 3});
+  h.source->begin_window();
+  const std::string err = error_of([&] { run_layer(*h.source, 1, routing_of({2, 3}, 2)); });
+  h.source->end_window();
+  EXPECT_NE(err.find("bad checksum"), std::string::npos) << err;
+  EXPECT_EQ(h.source->arena().slot_of(1, 3), Arena::kMiss);
+  EXPECT_EQ(h.source->arena().held(), 0u);
+  h.io->corrupt.clear();
+  h.source->begin_window();
+  EXPECT_EQ(run_layer(*h.source, 1, routing_of({2, 3}, 2)),
+            (std::vector<std::vector<int32_t>>{{2, 3}}));
+  h.source->end_window();
+}
+
+TEST(ExpertCacheStreaming, RejectsABudgetBelowOneRecordAndBadIds) {
+  const Layout l = tiny_layout();
+  StreamingOptions o;
+  o.budget_bytes = 1000;
+  EXPECT_NE(error_of([&] {
+              StreamingSource(std::vector<Layout>{l}, 8, 4096,
+                              std::make_unique<MemoryIo>(l, 1, 8), o);
+            }).find("is below one expert record"),
+            std::string::npos);
+  Harness h = streaming(2);
+  EXPECT_NE(error_of([&] { run_layer(*h.source, 0, routing_of({9}, 1)); }).find("expert id 9"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { run_layer(*h.source, 2, routing_of({0}, 1)); }).find("layer 2"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata::experts
