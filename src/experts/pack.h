@@ -60,11 +60,18 @@ struct Layout {
   Part gate, up, down;  // gate, up: [n_ff_exp rows, n_embd cols]; down: [n_embd rows, n_ff_exp cols]
   uint64_t record_bytes = 0;  // padded to kPackAlignment
 
+  const Part& part(int i) const { return i == 0 ? gate : i == 1 ? up : down; }  // 0 gate, 1 up, 2 down
+
   // The expert's weights as views into a record's bytes (e.g. an arena slot).
   backend::ExpertWeights weights(const uint8_t* record) const {
     return {gate.weight(record), up.weight(record), down.weight(record)};
   }
 };
+
+// "gate", "up", "down" for part 0, 1, 2, and the GGUF stack the part comes from:
+// blk.LAYER.ffn_{gate,up,down}_exps.weight.
+const char* part_name(int part);
+std::string expert_stack_name(int layer, int part);
 
 // Packs gate, up, down (type, rows, cols given; row_stride, offsets and record_bytes filled in)
 // back to back at kPartAlignment, the record padded to kPackAlignment. Throws on a shape the
@@ -114,6 +121,8 @@ class Pack {
 
  private:
   Pack() = default;
+  // Validates the header against file_size_; returns where the index ends.
+  uint64_t parse_header_end(const uint8_t* header) const;
   void parse(const uint8_t* front, size_t front_size);
 
   std::string path_;
