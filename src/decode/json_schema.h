@@ -71,8 +71,8 @@ class JsonGrammar {
   // response_format {"type": "json_object"}: any JSON object.
   static JsonGrammar any_object(const GrammarLimits& limits = {});
 
-  // response_format {"type": "json_schema"}: `schema` is json_schema.schema. Throws
-  // strata::Error naming the JSON pointer and the problem, e.g.
+  // response_format {"type": "json_schema"}: `schema` is json_schema.schema (null or true: any
+  // JSON value). Throws strata::Error naming the JSON pointer and the problem, e.g.
   // "json_schema /properties/age: unsupported keyword \"minimum\"".
   static JsonGrammar from_schema(const nlohmann::json& schema, const GrammarLimits& limits = {});
 

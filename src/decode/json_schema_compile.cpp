@@ -418,7 +418,7 @@ JsonGrammar JsonGrammar::from_schema(const nlohmann::json& schema, const Grammar
   JsonGrammar g;
   g.limits = limits;
   Builder b(g);
-  g.root = Compiler(b, schema).compile(schema, "");
+  g.root = schema.is_null() ? b.any_value() : Compiler(b, schema).compile(schema, "");
   finish(g, b, "json_schema");
   return g;
 }
