@@ -12,6 +12,7 @@
 
 #include "experts/pack.h"
 #include "pack_test_util.h"
+#include "synth/synth.h"
 
 namespace strata::experts {
 namespace {
@@ -359,6 +360,43 @@ TEST(PackCommand, WritesAndVerifies) {
   r = strata("pack --no-progress " + model + " -o " + dir.file("x.experts"), dir);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_TRUE(std::filesystem::exists(dir.file("x.experts")));
+}
+
+}  // namespace
+}  // namespace strata::experts
+
+namespace strata::experts {
+namespace {
+
+// synth --pack writes the pack a plain synth plus `strata pack` gives, and a GGUF without the
+// expert stacks that names it.
+TEST(SynthPack, EqualsPackingThePlainModel) {
+  TempDir dir;
+  synth::SynthOptions o;
+  o.arch = "qwen3moe";
+  o.preset = "tiny";
+  o.expert_type = "q4_k";
+  o.seed = 3;
+  o.progress = false;
+  o.output = dir.file("plain.gguf");
+  synth::run_synth(o);
+  const auto plain = gguf::Reader::open(o.output);
+  write_pack(*plain, dir.file("plain.experts"));
+
+  o.output = dir.file("split.gguf");
+  o.pack = true;
+  const auto report = synth::run_synth(o);
+  EXPECT_EQ(read_bytes(dir.file("split.gguf.experts")), read_bytes(dir.file("plain.experts")));
+  EXPECT_EQ(report.pack_bytes, std::filesystem::file_size(dir.file("split.gguf.experts")));
+
+  const auto split = gguf::Reader::open(dir.file("split.gguf"));
+  EXPECT_FALSE(has_expert_stacks(*split));
+  EXPECT_EQ(split->get_string(kPackKey), "split.gguf.experts");
+  EXPECT_EQ(split->tensors().size() + 3 * size_t(Pack::open(dir.file("plain.experts"))->n_layers()),
+            plain->tensors().size());
+  const auto pack = open_model_pack(*split, model::ModelConfig::read(*split));
+  EXPECT_EQ(pack->source_id(), model_source_id(*plain));
+  EXPECT_EQ(verify_pack(*pack, plain.get()).records, uint64_t(pack->n_layers() * pack->n_experts()));
 }
 
 }  // namespace

@@ -30,8 +30,12 @@ void print_report(const synth::SynthReport& r, const std::string& path) {
   if (!r.plan.notes.empty())
     std::fprintf(stderr, "  %zu tensors fell back to another type, e.g. %s\n", r.plan.notes.size(),
                  r.plan.notes.front().c_str());
-  std::fprintf(stderr, "  wrote %s in %.1f s (%.2f GB/s)\n", format_bytes(r.file_bytes).c_str(),
-               r.seconds, r.seconds > 0 ? double(r.file_bytes) / r.seconds / 1e9 : 0.0);
+  const uint64_t total = r.file_bytes + r.pack_bytes;
+  std::fprintf(stderr, "  wrote %s in %.1f s (%.2f GB/s)\n", format_bytes(total).c_str(), r.seconds,
+               r.seconds > 0 ? double(total) / r.seconds / 1e9 : 0.0);
+  if (r.pack_bytes)
+    std::fprintf(stderr, "  experts in %s.experts (%s); the GGUF holds the trunk (%s)\n", path.c_str(),
+                 format_bytes(r.pack_bytes).c_str(), format_bytes(r.file_bytes).c_str());
 }
 
 }  // namespace
@@ -57,6 +61,8 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("--seed", opts->seed, "Seed: same seed, same bytes")->capture_default_str();
   cmd->add_option("--tokenizer-json", opts->tokenizer_json, "Vocabulary from a Hugging Face tokenizer.json");
   cmd->add_flag("--ngram-full", opts->ngram_full, "Full-size PLE n-gram table (the flagship's: ~51B parameters)");
+  cmd->add_flag("--pack", opts->pack,
+                "Write the routed experts only to OUTPUT.experts (a pack) and the rest to OUTPUT");
   cmd->add_flag("!--no-progress", opts->progress, "No progress bar");
   cmd->add_option("-o,--output", opts->output, "Output .gguf")->required();
   cmd->callback([opts, sets] {

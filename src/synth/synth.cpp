@@ -5,8 +5,10 @@
 #include <chrono>
 #include <filesystem>
 
+#include "experts/pack.h"
 #include "gguf/gguf.h"
 #include "synth/presets.h"
+#include "synth/synth_pack.h"
 #include "synth/weights.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -153,20 +155,31 @@ SynthReport run_synth(const SynthOptions& o) {
   w.set("strata.synth.preset", gguf::Value::string(o.preset));
   w.set("strata.synth.seed", gguf::Value::u64(o.seed));
   tokenizer::write_vocab_metadata(plan.vocab, w);
+  // With --pack the routed experts go to the pack only.
+  const auto in_gguf = [&](size_t i) { return !o.pack || plan.specs[i].role != model::Role::RoutedExpert; };
   for (size_t i = 0; i < plan.specs.size(); ++i)
-    w.add_tensor(plan.specs[i].name, plan.types[i], plan.specs[i].shape);
+    if (in_gguf(i)) w.add_tensor(plan.specs[i].name, plan.types[i], plan.specs[i].shape);
 
   uint64_t vocab_bytes = 0;
   for (const auto& t : plan.vocab.tokens) vocab_bytes += t.size() + 16;
   for (const auto& m : plan.vocab.merges) vocab_bytes += m.size() + 16;
-  check_disk_space(o.output, w.total_data_bytes() + vocab_bytes + (16u << 20));
+  const uint64_t pack_bytes = o.pack ? pack_record_bytes(plan) : 0;
+  check_disk_space(o.output, w.total_data_bytes() + pack_bytes + vocab_bytes + (16u << 20));
 
   WeightSource source(o.seed, plan.specs, plan.types);
-  std::vector<uint8_t> chunk;
   std::optional<ProgressBar> bar;
   if (o.progress) bar.emplace("synth " + o.output, plan.data_bytes);
+  if (o.pack) {
+    const std::string pack_path = o.output + ".experts";
+    const uint64_t id = write_synth_pack(plan, source, pack_path, bar ? &*bar : nullptr);
+    w.set(experts::kPackKey, gguf::Value::string(std::filesystem::path(pack_path).filename().string()));
+    w.set(experts::kSourceIdKey, gguf::Value::u64(id));
+    report.pack_bytes = std::filesystem::file_size(pack_path);
+  }
+  std::vector<uint8_t> chunk;
   w.begin_data();
   for (size_t i = 0; i < plan.specs.size(); ++i) {
+    if (!in_gguf(i)) continue;
     const auto& s = plan.specs[i];
     const size_t row_bytes = quant::row_bytes(plan.types[i], s.shape[0]);
     int64_t rows = 1;

@@ -32,6 +32,9 @@ struct SynthOptions {
   std::string tokenizer_json;
   bool ngram_full = false;
   std::string output;
+  // Also write the routed experts as OUTPUT.experts (a pack) and leave them out of the GGUF, which
+  // names the pack in strata.experts.pack: one copy of the experts on disk (docs/PACK.md).
+  bool pack = false;
   bool progress = true;
 };
 
@@ -52,10 +55,12 @@ SynthPlan plan_synth(const SynthOptions& opts);
 struct SynthReport {
   SynthPlan plan;
   uint64_t file_bytes = 0;
+  uint64_t pack_bytes = 0;  // with options.pack
   double seconds = 0;
 };
 
-// Plans, checks free disk space, writes options.output. Throws strata::Error.
+// Plans, checks free disk space, writes options.output (and with options.pack its pack). Throws
+// strata::Error.
 SynthReport run_synth(const SynthOptions& opts);
 
 }  // namespace strata::synth
