@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "decode/generate.h"
 #include "decode/loaded_model.h"
+#include "experts/arena.h"
 #include "util/error.h"
 
 namespace strata::cli {
@@ -31,6 +32,9 @@ struct RunOptions {
   decode::GenerateParams gen;
   int threads = 0;
   int64_t ctx = 4096;
+  std::string expert_budget;  // --expert-budget as given ("8G"); empty: the default rule
+  std::string read_ahead = "on";
+  std::string pack;
 };
 
 // The conversation so far and how it becomes prompt tokens: the model's chat template over the
@@ -86,11 +90,18 @@ void print_piece(const std::string& piece) {
 }
 
 // Streams one reply, ends its line and reports the telemetry.
-decode::GenerateResult reply(decode::Session& session, const std::vector<int32_t>& prompt,
+// Streams one reply, ends its line and reports the telemetry, plus what the expert cache did when
+// the experts stream.
+decode::GenerateResult reply(decode::Session& session, const model::Model& model,
+                             const std::vector<int32_t>& prompt,
                              const decode::GenerateParams& gen) {
+  const auto cache_before = model.expert_stats();
   auto result = session.generate(prompt, gen, print_piece);
   if (result.text.empty() || result.text.back() != '\n') print_piece("\n");
   std::fprintf(stderr, "[strata] %s\n", decode::format_telemetry(result.telemetry).c_str());
+  if (cache_before)
+    std::fprintf(stderr, "[strata] %s\n",
+                 model.expert_stats()->since(*cache_before).summary().c_str());
   return result;
 }
 
@@ -98,7 +109,8 @@ std::string too_long(size_t tokens, int64_t ctx) {
   return cat("the prompt has ", tokens, " tokens, more than --ctx ", ctx);
 }
 
-void chat_loop(decode::Session& session, Conversation& conv, const RunOptions& o) {
+void chat_loop(decode::Session& session, const model::Model& model, Conversation& conv,
+               const RunOptions& o) {
   const bool tty = isatty(STDIN_FILENO) != 0;
   if (tty)
     std::fprintf(stderr, "strata: chatting with %s; /reset clears, /exit or Ctrl-D quits\n",
@@ -124,24 +136,34 @@ void chat_loop(decode::Session& session, Conversation& conv, const RunOptions& o
                    too_long(prompt.size(), o.ctx).c_str());
       continue;
     }
-    conv.add_turn(line, reply(session, prompt, o.gen).text);
+    conv.add_turn(line, reply(session, model, prompt, o.gen).text);
   }
 }
 
 void run_run(const RunOptions& o) {
   o.gen.validate();
-  decode::LoadedModel lm({.path = o.model, .threads = o.threads, .ctx = o.ctx});
+  experts::SourceOptions experts{.pack = o.pack, .read_ahead = o.read_ahead == "on"};
+  if (!o.expert_budget.empty()) {
+    try {
+      experts.budget_bytes = experts::parse_byte_size(o.expert_budget);
+    } catch (const Error& e) {
+      fail("--expert-budget: ", e.what());
+    }
+  }
+  decode::LoadedModel lm(
+      {.path = o.model, .threads = o.threads, .ctx = o.ctx, .experts = std::move(experts)});
+  std::fprintf(stderr, "[strata] experts %s\n", lm.model().experts_description().c_str());
   Conversation conv(o, lm);
   decode::Session session(lm.model(), lm.tokenizer(),
                           {.n_ctx = o.ctx, .snapshot_prompt = !o.one_shot});
 
   if (!o.one_shot) {
-    chat_loop(session, conv, o);
+    chat_loop(session, lm.model(), conv, o);
     return;
   }
   const auto prompt = conv.prompt_with(o.prompt);
   if (int64_t(prompt.size()) > o.ctx) fail(too_long(prompt.size(), o.ctx));
-  reply(session, prompt, o.gen);
+  reply(session, lm.model(), prompt, o.gen);
 }
 
 }  // namespace
@@ -176,6 +198,15 @@ void add_run_command(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_option("--threads", opts->threads, "CPU threads (default: one per hardware thread)");
   cmd->add_option("--ctx", opts->ctx, "Context positions")->capture_default_str();
+  cmd->add_option("--expert-budget", opts->expert_budget,
+                  "Expert cache size (8G, 512M): stream the routed experts from the pack "
+                  "through a cache of this size (default: from free memory, when they do not fit)");
+  cmd->add_option("--read-ahead", opts->read_ahead,
+                  "Guess the next layer's experts and start reading them early (on|off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--pack", opts->pack,
+                  "The .experts pack (default: the model's strata.experts.pack or MODEL.experts)");
   cmd->add_option("--batch", gen.batch, "Rows per prefill window")->capture_default_str();
   cmd->callback([opts, prompt] {
     opts->one_shot = prompt->count() > 0;

@@ -25,6 +25,13 @@ std::string number_or_dash(const std::optional<double>& v, const char* format) {
   return buf;
 }
 
+// The expert cache's share of the decode phase (empty fields when the experts are mapped).
+void fill_cache_telemetry(Telemetry& tm, const experts::CacheStats& d) {
+  if (d.hits + d.misses > 0) tm.cache_hit_rate = d.hit_rate();
+  if (tm.decode_seconds > 0) tm.ssd_gb_per_s = double(d.bytes_read) / tm.decode_seconds / 1e9;
+  if (tm.decode_steps > 0) tm.stall_ms_per_token = d.stall_seconds * 1e3 / double(tm.decode_steps);
+}
+
 }  // namespace
 
 void GenerateParams::validate() const {
@@ -135,6 +142,7 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   }
 
   const auto decode_start = Clock::now();
+  const auto cache_start = model_.expert_stats();
   Sampler sampler(params.sampling, model_.config().n_vocab);
   tokenizer::StreamDecoder detok(tokenizer_);
   StopMatcher stops(params.stop);
@@ -178,6 +186,7 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   }
   tm.decode_seconds = seconds_since(decode_start);
   tm.generated_tokens = int64_t(result.tokens.size());
+  if (cache_start) fill_cache_telemetry(tm, model_.expert_stats()->since(*cache_start));
   return result;
 }
 

@@ -12,7 +12,7 @@ LoadedModel::LoadedModel(const LoadOptions& options) : path_(options.path), ctx_
   if (!std::filesystem::exists(path_)) fail("model file '", path_, "' does not exist");
   if (ctx_ < 1) fail("--ctx: ", ctx_, " must be at least 1");
   backend_ = std::make_unique<backend::CpuBackend>(options.threads);
-  model_ = model::Model::load(path_, *backend_);
+  model_ = model::Model::load(path_, *backend_, options.experts);
   if (ctx_ > model_->config().n_ctx)
     fail("--ctx: ", ctx_, " exceeds the model's context of ", model_->config().n_ctx);
   tokenizer_ =

@@ -22,6 +22,7 @@ struct LoadOptions {
   std::string path;
   int threads = 0;     // 0: one per hardware thread
   int64_t ctx = 4096;  // context positions a session gets
+  experts::SourceOptions experts;  // where the routed experts come from (docs/EXPERT_CACHE.md)
 };
 
 class LoadedModel {

@@ -41,6 +41,9 @@ struct CacheStats {
   double read_ahead_accuracy() const;  // read_ahead_predicted / read_ahead_routed
   // These counters minus `earlier`'s (the work between two snapshots).
   CacheStats since(const CacheStats& earlier) const;
+  // "expert cache: 812 hits, 40 misses (95.3%), 8.6 MB read at 1.20 GB/s, stall 12.0 ms,
+  // read-ahead 31 reads guessed 77.5% of routed experts, 0 chunked layers, 71 evictions".
+  std::string summary() const;
 };
 
 // Experts of one layer resident together, for one compute step.
