@@ -38,6 +38,8 @@ Bandwidth read_bandwidth(int n_threads);
 // Registers the benchmarks that depend on which formats have kernels (called by main, after
 // static initialisation, so the registry is complete).
 void register_matvec_benchmarks();
+// The same for the multi-activation dot benchmarks (bench_dot_rows.cpp).
+void register_dot_rows_benchmarks();
 
 // CPU time the calling thread has run, in seconds. On a shared box the bytes a one-thread
 // benchmark moves per CPU second (the GB/s_cpu counters) is close to what it reaches alone: a

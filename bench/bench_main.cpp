@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("strata_isa", strata::cpu_features().describe());
   strata::bench::register_matvec_benchmarks();
+  strata::bench::register_dot_rows_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -33,6 +33,10 @@ struct FormatKernels {
   float (*dot_avx2)(const void* weights, const void* act, int64_t n);
   // Relative bound |fast - ref| <= dot_tolerance * sum_i |w_i * a_i|; 0 means bitwise equal.
   float dot_tolerance;
+  // AVX2 multi-activation dot (see DotRowsFn), null if the format has none. Each of its results
+  // equals dot_avx2 on that activation bit for bit.
+  void (*dot_rows_avx2)(const void* weights, const void* const* acts, int count, int64_t n,
+                        float* out) = nullptr;
 };
 
 // The table for a weight format; throws strata::Error for a type without kernels.
@@ -54,6 +58,30 @@ void quantize_act_ref(ActFormat f, const float* x, void* out, int64_t n);
 // The dot kernel this process uses for t (fast if the CPU allows, else the reference).
 using DotFn = float (*)(const void* weights, const void* act, int64_t n);
 DotFn dot_kernel(Type t);
+
+// One weight row dotted with several activations: out[j] = dot(weights, acts[j], n) for j in
+// [0, count), count <= kMaxDotRows. Decoding the weight once for all of them is what makes a
+// prefill window cheaper per row than decode; every result is bitwise what the DotFn of the same
+// dispatch gives, so a T-row window still equals T one-row windows.
+constexpr int kMaxDotRows = 4;
+using DotRowsFn = void (*)(const void* weights, const void* const* acts, int count, int64_t n,
+                           float* out);
+
+// The multi-activation kernel this process uses for t: the format's own where it has one and the
+// single-row dot is the fast one, else a loop over that dot.
+struct DotRows {
+  DotFn dot;
+  DotRowsFn rows;  // null: loop over dot
+  void operator()(const void* weights, const void* const* acts, int count, int64_t n,
+                  float* out) const {
+    if (rows) {
+      rows(weights, acts, count, n, out);
+    } else {
+      for (int j = 0; j < count; ++j) out[j] = dot(weights, acts[j], n);
+    }
+  }
+};
+DotRows dot_rows_kernel(Type t);
 
 // y[r] = W[r,:] . x for rows [0, rows); W rows are row_stride bytes apart; cols a multiple of the
 // format's block and of the activation block. `act_scratch` must hold act_bytes(kernels(t).act,

@@ -35,6 +35,12 @@ DotFn dot_kernel(Type t) {
   return (k.dot_avx2 && cpu_features().avx2) ? k.dot_avx2 : k.dot_ref;
 }
 
+DotRows dot_rows_kernel(Type t) {
+  const FormatKernels& k = kernels(t);
+  const bool fast = k.dot_avx2 && cpu_features().avx2;
+  return {fast ? k.dot_avx2 : k.dot_ref, fast ? k.dot_rows_avx2 : nullptr};
+}
+
 void matvec(Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols, const float* x,
             float* y, void* act_scratch) {
   const FormatKernels& k = kernels(t);

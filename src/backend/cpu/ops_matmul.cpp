@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/cpu/matvec.h"
 #include "quant/kernels.h"
 
 namespace strata::cpu {
@@ -52,19 +53,21 @@ void matmul(ThreadPool& pool, Workspace& ws, const Weight& w, const Tensor& x, T
     quant::quantize_act(fmt, x.data + r * x.stride, act + size_t(r) * act_bytes, x.cols);
   });
 
-  const quant::DotFn dot = quant::dot_kernel(w.type);
-  const auto* base = static_cast<const uint8_t*>(w.data);
+  // Each task is a tile of weight rows against a group of activation rows (dot_tile: a weight
+  // block is decoded once for several activations; the results are those of one dot each).
   const int64_t n_tiles = (w.rows + kRowTile - 1) / kRowTile;
   for (int64_t t0 = 0; t0 < T; t0 += kActTile) {
     const int64_t t1 = std::min(T, t0 + kActTile);
+    const void* acts[kActTile];
+    float* outs[kActTile];
+    for (int64_t r = t0; r < t1; ++r) {
+      acts[r - t0] = act + size_t(r) * act_bytes;
+      outs[r - t0] = y.data + r * y.stride;
+    }
+    const size_t n = size_t(t1 - t0);
     pool.parallel_for(n_tiles, [&](int64_t tile) {
       const int64_t o0 = tile * kRowTile;
-      const int64_t o1 = std::min(w.rows, o0 + kRowTile);
-      for (int64_t r = t0; r < t1; ++r) {
-        const uint8_t* a = act + size_t(r) * act_bytes;
-        float* yr = y.data + r * y.stride;
-        for (int64_t o = o0; o < o1; ++o) yr[o] = dot(base + size_t(o) * w.row_stride, a, w.cols);
-      }
+      dot_tile(w, o0, std::min(w.rows, o0 + kRowTile), {acts, n}, {outs, n});
     });
   }
 }

@@ -160,6 +160,7 @@ float dot_f32_avx2(const void* w, const void* a, int64_t n);
 float dot_f16_avx2(const void* w, const void* a, int64_t n);
 float dot_bf16_avx2(const void* w, const void* a, int64_t n);
 float dot_q8_0_avx2(const void* w, const void* a, int64_t n);
+void dot_rows_q8_0_avx2(const void* w, const void* const* acts, int count, int64_t n, float* out);
 float dot_q4_0_avx2(const void* w, const void* a, int64_t n);
 float dot_q2_k_avx2(const void* w, const void* a, int64_t n);
 float dot_q3_k_avx2(const void* w, const void* a, int64_t n);

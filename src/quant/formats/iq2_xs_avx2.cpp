@@ -30,11 +30,16 @@ struct ScalePick {
 constexpr ScalePick kScalePick{};
 }  // namespace
 
-float dot_iq2_xs_avx2(const void* weights, const void* act, int64_t n) {
-  const auto* x = static_cast<const BlockIQ2XS*>(weights);
-  const auto* y = static_cast<const BlockQ8K*>(act);
-  __m128 acc = _mm_setzero_ps();
-  for (int64_t i = 0; i < n / kQK; ++i) {
+namespace {
+
+// The dot of one weight row with N activations. Everything that depends only on the weights (grid
+// rows, sign masks, scales) is built once per sub-block; each activation then costs a load, a sign,
+// a maddubs, a madd and an add, and its own block accumulator in the order of iq_common.h.
+template <int N>
+void dot_n(const BlockIQ2XS* x, const BlockQ8K* const* y, int64_t nb, float* out) {
+  __m128 acc[N];
+  for (int j = 0; j < N; ++j) acc[j] = _mm_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
     const BlockIQ2XS& b = x[i];
     const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
     const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 16));
@@ -53,23 +58,47 @@ float dot_iq2_xs_avx2(const void* weights, const void* act, int64_t n) {
     const __m256i scales =
         _mm256_cvtepu8_epi16(_mm_add_epi8(_mm_add_epi8(nib, nib), _mm_set1_epi8(1)));
 
-    const int8_t* q8 = y[i].qs;
-    __m256i sum = _mm256_setzero_si256();
+    __m256i sum[N];
+    for (int j = 0; j < N; ++j) sum[j] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int ib = 0; ib < 8; ++ib) {
       const uint16_t* code = b.qs + 4 * ib;
       const __m256i grid =
           gather4(kIQ2XSGrid, code[0] & 511u, code[1] & 511u, code[2] & 511u, code[3] & 511u);
-      const __m256i p =
-          signed_products(grid, sign_masks(signs, ib),
-                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * ib)));
+      const __m256i negative = sign_masks(signs, ib);
       const __m256i sv = _mm256_shuffle_epi8(
           scales, _mm256_load_si256(reinterpret_cast<const __m256i*>(kScalePick.row[ib])));
-      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, sv));
+      for (int j = 0; j < N; ++j) {
+        const __m256i p = signed_products(
+            grid, negative,
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[j][i].qs + 32 * ib)));
+        sum[j] = _mm256_add_epi32(sum[j], _mm256_madd_epi16(p, sv));
+      }
     }
-    acc = accumulate_block(acc, sum, b.d, y[i].d);
+    for (int j = 0; j < N; ++j) acc[j] = accumulate_block(acc[j], sum[j], b.d, y[j][i].d);
   }
-  return _mm_cvtss_f32(acc) * 0.125f;
+  for (int j = 0; j < N; ++j) out[j] = _mm_cvtss_f32(acc[j]) * 0.125f;
+}
+
+}  // namespace
+
+float dot_iq2_xs_avx2(const void* weights, const void* act, int64_t n) {
+  const auto* y = static_cast<const BlockQ8K*>(act);
+  float out;
+  dot_n<1>(static_cast<const BlockIQ2XS*>(weights), &y, n / kQK, &out);
+  return out;
+}
+
+void dot_rows_iq2_xs_avx2(const void* weights, const void* const* acts, int count, int64_t n,
+                          float* out) {
+  const auto* x = static_cast<const BlockIQ2XS*>(weights);
+  const auto* const* y = reinterpret_cast<const BlockQ8K* const*>(acts);
+  switch (count) {
+    case 1: dot_n<1>(x, y, n / kQK, out); break;
+    case 2: dot_n<2>(x, y, n / kQK, out); break;
+    case 3: dot_n<3>(x, y, n / kQK, out); break;
+    default: dot_n<4>(x, y, n / kQK, out); break;
+  }
 }
 
 }  // namespace strata::quant::iq

@@ -31,4 +31,73 @@ float dot_q8_0_avx2(const void* w, const void* a, int64_t n) {
   return reduce8(lanes);
 }
 
+namespace {
+
+// The dot of one weight row with N activations, each result bitwise dot_q8_0_avx2's: per group of
+// 8 blocks a weight block is loaded and made unsigned once for all activations, and the per-block
+// sums are reduced two blocks at a time (block_sums8's transposition, done as the blocks arrive) so
+// that N activations need few live registers.
+template <int N>
+void dot_n(const BlockQ8_0* x, const BlockQ8_0* const* y, int64_t nb, float* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[N];
+  for (int j = 0; j < N; ++j) acc[j] = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    __m256i half_sums[2][N];
+    for (int half = 0; half < 2; ++half) {
+      __m256i pair_sums[2][N];
+      for (int pair = 0; pair < 2; ++pair) {
+        const int64_t k = b + 4 * half + 2 * pair;
+        const __m256i w0 = _mm256_loadu_si256((const __m256i*)x[k].qs);
+        const __m256i w1 = _mm256_loadu_si256((const __m256i*)x[k + 1].qs);
+        const __m256i u0 = _mm256_sign_epi8(w0, w0), u1 = _mm256_sign_epi8(w1, w1);
+        for (int j = 0; j < N; ++j) {
+          const __m256i a0 = _mm256_loadu_si256((const __m256i*)y[j][k].qs);
+          const __m256i a1 = _mm256_loadu_si256((const __m256i*)y[j][k + 1].qs);
+          const __m256i p0 = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(u0, _mm256_sign_epi8(a0, w0)), ones);
+          const __m256i p1 = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(u1, _mm256_sign_epi8(a1, w1)), ones);
+          pair_sums[pair][j] = _mm256_hadd_epi32(p0, p1);
+        }
+      }
+      for (int j = 0; j < N; ++j)
+        half_sums[half][j] = _mm256_hadd_epi32(pair_sums[0][j], pair_sums[1][j]);
+    }
+    const __m256 dw = avx2::scales8(x + b);
+    for (int j = 0; j < N; ++j) {
+      const __m256i g0 = half_sums[0][j], g1 = half_sums[1][j];
+      const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20),
+                                            _mm256_permute2x128_si256(g0, g1, 0x31));
+      acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, avx2::scales8(y[j] + b)),
+                               _mm256_cvtepi32_ps(sums), acc[j]);
+    }
+  }
+  for (int j = 0; j < N; ++j) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc[j]);
+    for (int64_t t = b; t < nb; ++t) {
+      const int32_t s = avx2::hsum_epi32(avx2::dot_i8(
+          _mm256_loadu_si256((const __m256i*)x[t].qs), _mm256_loadu_si256((const __m256i*)y[j][t].qs)));
+      const float d = _cvtsh_ss(x[t].d) * _cvtsh_ss(y[j][t].d);
+      lanes[t % 8] = std::fma(d, float(s), lanes[t % 8]);
+    }
+    out[j] = reduce8(lanes);
+  }
+}
+
+}  // namespace
+
+void dot_rows_q8_0_avx2(const void* w, const void* const* acts, int count, int64_t n, float* out) {
+  const auto* x = static_cast<const BlockQ8_0*>(w);
+  const auto* const* y = reinterpret_cast<const BlockQ8_0* const*>(acts);
+  switch (count) {
+    case 1: out[0] = dot_q8_0_avx2(w, acts[0], n); break;
+    case 2: dot_n<2>(x, y, n / kQK, out); break;
+    case 3: dot_n<3>(x, y, n / kQK, out); break;
+    default: dot_n<4>(x, y, n / kQK, out); break;
+  }
+}
+
 }  // namespace strata::quant
