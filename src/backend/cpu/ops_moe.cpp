@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/cpu/matvec.h"
 #include "backend/cpu/ops_matmul.h"
 #include "backend/cpu/ops_vec.h"
 #include "quant/kernels.h"
@@ -159,18 +160,16 @@ void expert_outputs(const char* op, ThreadPool& pool, Workspace& ws, const Tenso
   // gate and up rows for every pair.
   run_tiles([](const backend::ExpertWeights& ew) { return ew.gate.rows; },
             [&](const Unit& u, const backend::ExpertWeights& ew, int64_t o0, int64_t o1) {
-              const quant::DotFn gdot = quant::dot_kernel(ew.gate.type);
-              const quant::DotFn udot = quant::dot_kernel(ew.up.type);
-              const auto* gw = static_cast<const uint8_t*>(ew.gate.data);
-              const auto* uw = static_cast<const uint8_t*>(ew.up.data);
+              std::vector<const void*> ga, ua;
+              std::vector<float*> gy, uy;
               for (int64_t i : u.pairs) {
-                const uint8_t* ga = x_act_of(ew.gate, pairs[i] / K);
-                const uint8_t* ua = x_act_of(ew.up, pairs[i] / K);
-                for (int64_t o = o0; o < o1; ++o) {
-                  gate_v[ff_off[i] + o] = gdot(gw + size_t(o) * ew.gate.row_stride, ga, x.cols);
-                  up_v[ff_off[i] + o] = udot(uw + size_t(o) * ew.up.row_stride, ua, x.cols);
-                }
+                ga.push_back(x_act_of(ew.gate, pairs[i] / K));
+                ua.push_back(x_act_of(ew.up, pairs[i] / K));
+                gy.push_back(gate_v + ff_off[i]);
+                uy.push_back(up_v + ff_off[i]);
               }
+              dot_tile(ew.gate, o0, o1, ga, gy);
+              dot_tile(ew.up, o0, o1, ua, uy);
             });
 
   // h = silu(gate) * up, quantized for the pair's down weight.
@@ -185,14 +184,13 @@ void expert_outputs(const char* op, ThreadPool& pool, Workspace& ws, const Tenso
   // down rows for every pair.
   run_tiles([](const backend::ExpertWeights& ew) { return ew.down.rows; },
             [&](const Unit& u, const backend::ExpertWeights& ew, int64_t o0, int64_t o1) {
-              const quant::DotFn ddot = quant::dot_kernel(ew.down.type);
-              const auto* dw = static_cast<const uint8_t*>(ew.down.data);
+              std::vector<const void*> ha;
+              std::vector<float*> rows;
               for (int64_t i : u.pairs) {
-                const uint8_t* ha = h_act + h_off[i];
-                float* row = out.data + pairs[i] * out.stride;
-                for (int64_t o = o0; o < o1; ++o)
-                  row[o] = ddot(dw + size_t(o) * ew.down.row_stride, ha, ew.down.cols);
+                ha.push_back(h_act + h_off[i]);
+                rows.push_back(out.data + pairs[i] * out.stride);
               }
+              dot_tile(ew.down, o0, o1, ha, rows);
             });
 }
 
