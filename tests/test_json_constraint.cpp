@@ -43,8 +43,18 @@ std::string compile_error(const std::string& schema) {
 }
 
 TEST(JsonConstraintSchema, UnsupportedKeywordsAndBadSchemasNameTheProblem) {
-  EXPECT_EQ(compile_error(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}})"),
-            "json_schema /properties/age: unsupported keyword \"minimum\"");
+  EXPECT_EQ(compile_error(R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":2}}})"),
+            "json_schema /properties/age: unsupported keyword \"multipleOf\"");
+  EXPECT_EQ(compile_error(R"({"type":"number","maximum":0.5})"),
+            "json_schema /: \"maximum\" 0.5 on a number: only whole bounds are supported (or use type integer)");
+  EXPECT_EQ(compile_error(R"({"type":"integer","minimum":3,"maximum":2.5})"),
+            "json_schema /: no number lies between the minimum and the maximum");
+  EXPECT_EQ(compile_error(R"({"type":"number","minimum":0,"exclusiveMinimum":0})"),
+            "json_schema /: both \"minimum\" and \"exclusiveMinimum\"");
+  EXPECT_EQ(compile_error(R"({"type":"number","exclusiveMinimum":true})"),
+            "json_schema /: \"exclusiveMinimum\" must be a number, got true");
+  EXPECT_EQ(compile_error(R"({"type":"integer","maximum":1e16})"),
+            "json_schema /: \"maximum\" 1e+16 is beyond 15 digits");
   EXPECT_EQ(compile_error(R"({"type":"string","pattern":"^a"})"),
             "json_schema /: unsupported keyword \"pattern\"");
   EXPECT_EQ(compile_error(R"({"allOf":[{"type":"string"}]})"),
@@ -149,6 +159,21 @@ TEST(JsonConstraintAutomaton, SchemaKeywords) {
   for (const char* bad : {"2", "123", "\"y\"", "{\"a\": [1]}", "true"})
     EXPECT_FALSE(accepts(numbers, bad)) << bad;
 
+  const auto check = [](const char* schema, std::vector<const char*> ok, std::vector<const char*> bad) {
+    const JsonGrammar g = JsonGrammar::from_schema(json::parse(schema));
+    for (const char* text : ok) EXPECT_TRUE(accepts(g, text)) << schema << " " << text;
+    for (const char* text : bad) EXPECT_FALSE(accepts(g, text)) << schema << " " << text;
+  };
+  check(R"({"type":"integer","minimum":1,"maximum":5})", {"1", "3", "5"}, {"0", "6", "-1", "10", "05", "1.0"});
+  check(R"({"type":"integer","exclusiveMinimum":0})", {"1", "123456789012345"}, {"0", "-3", "-0"});
+  check(R"({"type":"integer","minimum":0.5,"exclusiveMaximum":3.5})", {"1", "3"}, {"0", "4"});
+  check(R"({"type":"number","minimum":0,"maximum":1})", {"0", "1", "0.5", "1.0", "1.000", "0.999", "-0"},
+        {"1.5", "-0.1", "2", "1e0", "1.01", "10"});
+  check(R"({"type":"number","exclusiveMinimum":0})", {"0.001", "7", "0.5"}, {"0", "0.0", "-0.5", "-1"});
+  check(R"({"maximum":-2,"minimum":-10})", {"-2", "-10", "-5.5", "-2.0", "-10.0"}, {"-1.5", "-10.5", "3", "-11"});
+  check(R"({"type":"number","exclusiveMaximum":1,"exclusiveMinimum":0})", {"0.5", "0.000000000000001"},
+        {"0", "1", "0.0", "1.0", "0.000000000000000"});
+
   const JsonGrammar free_ints =
       JsonGrammar::from_schema(json::parse(R"({"type":"object","additionalProperties":{"type":"integer"}})"));
   EXPECT_TRUE(accepts(free_ints, R"({"any key":1,"other":-2})"));
@@ -211,6 +236,9 @@ const char* kSchemas[] = {
     R"({"type":"object","additionalProperties":{"type":"integer"}})",
     R"({"type":"object","properties":{"id":{"type":"string"},"meta":{}},"required":["id","meta"]})",
     "true",
+    R"({"type":"object","properties":{"p":{"type":"number","minimum":0,"maximum":1},
+        "n":{"type":"integer","minimum":-3,"exclusiveMaximum":7},"z":{"type":"number","exclusiveMinimum":0},
+        "w":{"type":"number","minimum":-100,"maximum":-99}},"required":["p","n","z","w"],"additionalProperties":false})",
 };
 
 void check_document(const std::string& text, const json& schema) {

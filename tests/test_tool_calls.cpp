@@ -227,7 +227,8 @@ const char* kTools = R"([
     "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["c", "f"]}},
     "required": ["city", "unit"], "additionalProperties": false}}},
   {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
-    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"], "additionalProperties": false}}},
+    "properties": {"a": {"type": "integer", "minimum": 0}, "b": {"type": "integer", "maximum": 9}},
+    "required": ["a", "b"], "additionalProperties": false}}},
   {"type": "function", "function": {"name": "ping"}}])";
 
 TEST(ToolCallGrammar, ForcedCallsParseAndMatchTheirParameters) {
@@ -289,8 +290,8 @@ TEST(ToolCallGrammar, ErrorsNameTheTool) {
   };
   EXPECT_EQ(
       error(
-          R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "number", "minimum": 1}}}}}])"),
-      "tools[0].function.parameters: json_schema /properties/x: unsupported keyword \"minimum\"");
+          R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "string", "pattern": "a+"}}}}}])"),
+      "tools[0].function.parameters: json_schema /properties/x: unsupported keyword \"pattern\"");
   EXPECT_EQ(error(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}])"),
             "tools[0].function.parameters: must describe an object");
   EXPECT_EQ(error(R"([{"type": "function", "function": {"name": "f"}}])", "g"),

@@ -1,6 +1,7 @@
 #include "decode/json_automaton.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace strata::decode {
 
@@ -44,6 +45,58 @@ constexpr uint8_t kUtf8Hi[8] = {0, 0xBF, 0xBF, 0xBF, 0x9F, 0xBF, 0xBF, 0x8F};
 constexpr uint8_t kUtf8After[8] = {0, 0, 1, 1, 1, 3, 3, 3};
 
 bool excluded(const Frame& f, uint32_t i) { return i < 64 && (f.mask >> i & 1); }
+
+// Number frames keep the integer part's value in `mask` and these flags in `sub`.
+constexpr uint8_t kNegative = 1, kFractionNonzero = 2;
+constexpr uint64_t kMaxMagnitude = 999'999'999'999'999;  // 15 digits
+
+// A bounded number's magnitude y = |x| = I + f against the node's whole bounds, mirrored for a
+// negative x. Whole bounds put every y in (I, I+1) on the same side of each bound, so a value's
+// fate depends only on I and whether its fraction is nonzero.
+struct Magnitude {
+  std::optional<int64_t> lo, hi;
+  bool lo_open = false, hi_open = false;
+
+  Magnitude(const SchemaNode& n, bool negative) {
+    if (!negative) {
+      lo = n.minimum;
+      hi = n.maximum;
+      lo_open = n.exclusive_minimum;
+      hi_open = n.exclusive_maximum;
+    } else {
+      if (n.maximum) lo = -*n.maximum;
+      if (n.minimum) hi = -*n.minimum;
+      lo_open = n.exclusive_maximum;
+      hi_open = n.exclusive_minimum;
+    }
+  }
+  // y == i.
+  bool point(uint64_t i) const {
+    const int64_t v = int64_t(i);
+    return !(lo && (v < *lo || (v == *lo && lo_open))) && !(hi && (v > *hi || (v == *hi && hi_open)));
+  }
+  // y in (i, i+1).
+  bool fraction(uint64_t i) const { return (!lo || *lo <= int64_t(i)) && (!hi || *hi >= int64_t(i) + 1); }
+  // Some y with integer part in [a, b].
+  bool range(uint64_t a, uint64_t b, bool fractions) const {
+    int64_t first = int64_t(a), last = int64_t(b);
+    if (lo) first = std::max(first, *lo + (lo_open ? 1 : 0));
+    if (hi) last = std::min(last, *hi - (hi_open ? 1 : 0));
+    if (first <= last) return true;
+    if (!fractions) return false;
+    first = lo ? std::max(int64_t(a), *lo) : int64_t(a);
+    last = hi ? std::min(int64_t(b), *hi - 1) : int64_t(b);
+    return first <= last;
+  }
+  // Some y whose integer part starts with the k digits of v.
+  bool prefix(uint64_t v, uint32_t k, bool fractions) const {
+    if (range(v, v, fractions)) return true;
+    if (v == 0) return false;
+    for (uint64_t scale = 10; k < 15; scale *= 10, ++k)
+      if (range(v * scale, v * scale + scale - 1, fractions)) return true;
+    return false;
+  }
+};
 
 }  // namespace
 
@@ -95,8 +148,13 @@ bool JsonAutomaton::whitespace(Frame& f, uint8_t c) const {
 }
 
 bool JsonAutomaton::complete(const Frame& f) const {
-  if (f.kind == Kind::Number)
-    return f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac || f.phase == kNumExp;
+  if (f.kind == Kind::Number) {
+    if (f.phase != kNumZero && f.phase != kNumInt && f.phase != kNumFrac && f.phase != kNumExp) return false;
+    const SchemaNode& n = g_.nodes[f.node];
+    if (!n.minimum && !n.maximum) return true;
+    const Magnitude y(n, f.sub & kNegative);
+    return f.sub & kFractionNonzero ? y.fraction(f.mask) : y.point(f.mask);
+  }
   if (f.kind == Kind::Literal) return g_.literals[f.node][f.lo].size() == f.count && !excluded(f, f.lo);
   return false;
 }
@@ -110,8 +168,13 @@ bool JsonAutomaton::starts(uint32_t node, uint8_t c) const {
       return c == '[';
     case SchemaNode::Kind::String:
       return c == '"';
-    case SchemaNode::Kind::Number:
-      return c == '-' || is_digit(c);
+    case SchemaNode::Kind::Number: {
+      if (c != '-' && !is_digit(c)) return false;
+      if (!n.minimum && !n.maximum) return true;
+      const Magnitude y(n, c == '-');
+      const bool fractions = !n.integer;
+      return c == '-' ? y.range(0, kMaxMagnitude, fractions) : y.prefix(uint64_t(c - '0'), 1, fractions);
+    }
     case SchemaNode::Kind::Literal: {
       const auto& texts = g_.literals[n.literal];
       return std::any_of(texts.begin(), texts.end(),
@@ -143,7 +206,9 @@ void JsonAutomaton::open(Stack& s, uint32_t node, uint8_t c) const {
     case SchemaNode::Kind::Number:
       f.kind = Kind::Number;
       f.phase = c == '-' ? kNumMinus : c == '0' ? kNumZero : kNumInt;
-      f.count = f.phase == kNumInt;
+      f.count = f.phase != kNumMinus;
+      f.sub = c == '-' ? kNegative : 0;
+      f.mask = f.phase == kNumInt ? uint64_t(c - '0') : 0;
       break;
     case SchemaNode::Kind::Literal:
     case SchemaNode::Kind::Union:
@@ -325,6 +390,68 @@ JsonAutomaton::Result JsonAutomaton::array_step(Stack& s, uint8_t c, std::vector
   }
 }
 
+JsonAutomaton::Result JsonAutomaton::number_step(Frame& f, uint8_t c) const {
+  const SchemaNode& n = g_.nodes[f.node];
+  const bool bounded = n.minimum || n.maximum;
+  const bool fractions = !n.integer;
+  const Magnitude y(n, f.sub & kNegative);
+  const auto viable = [&](bool ok) { return !bounded || ok; };
+  if (is_digit(c)) {
+    const uint64_t d = uint64_t(c - '0');
+    switch (f.phase) {
+      case kNumMinus:
+        if (!viable(y.prefix(d, 1, fractions))) return Result::Rejected;
+        f.phase = d == 0 ? kNumZero : kNumInt;
+        f.count = 1;
+        f.mask = d;
+        return Result::Consumed;
+      case kNumInt:
+        if (f.count >= kMaxMantissaDigits) break;
+        if (!viable(y.prefix(f.mask * 10 + d, f.count + 1, fractions))) return Result::Rejected;
+        f.mask = f.mask * 10 + d;
+        ++f.count;
+        return Result::Consumed;
+      case kNumDot:
+      case kNumFrac: {
+        if (f.phase == kNumFrac && f.count >= kMaxMantissaDigits) break;
+        const uint32_t digits = f.phase == kNumDot ? 1 : f.count + 1;
+        const bool nonzero = d != 0 || (f.sub & kFractionNonzero);
+        // A fraction still all zeros needs room for a nonzero digit if only that fits the bounds.
+        if (!viable(nonzero ? y.fraction(f.mask)
+                            : y.point(f.mask) || (y.fraction(f.mask) && digits < kMaxMantissaDigits)))
+          return Result::Rejected;
+        if (nonzero) f.sub |= kFractionNonzero;
+        f.phase = kNumFrac;
+        f.count = digits;
+        return Result::Consumed;
+      }
+      case kNumExpMark:
+      case kNumExpSign:
+        f.phase = kNumExp;
+        f.count = 1;
+        return Result::Consumed;
+      case kNumExp:
+        if (f.count >= kMaxExponentDigits) break;
+        ++f.count;
+        return Result::Consumed;
+      default:
+        break;
+    }
+  } else if (c == '.' && fractions && (f.phase == kNumZero || f.phase == kNumInt)) {
+    if (!viable(y.point(f.mask) || y.fraction(f.mask))) return Result::Rejected;
+    f.phase = kNumDot;
+    return Result::Consumed;
+  } else if ((c == 'e' || c == 'E') && fractions && !bounded &&
+             (f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac)) {
+    f.phase = kNumExpMark;
+    return Result::Consumed;
+  } else if ((c == '+' || c == '-') && f.phase == kNumExpMark) {
+    f.phase = kNumExpSign;
+    return Result::Consumed;
+  }
+  return complete(f) ? Result::Ended : Result::Rejected;
+}
+
 JsonAutomaton::Result JsonAutomaton::string_step(Frame& f, uint8_t c) const {
   const SchemaNode& n = g_.nodes[f.node];
   switch (f.phase) {
@@ -427,39 +554,9 @@ bool JsonAutomaton::step(Stack& s, uint8_t c, std::vector<Stack>& forks) const {
       case Kind::Literal:
         r = literal_step(f, c);
         break;
-      case Kind::Number: {
-        const bool integer = g_.nodes[f.node].integer;
-        r = Result::Ended;
-        if (is_digit(c)) {
-          if (f.phase == kNumMinus) {
-            f.phase = c == '0' ? kNumZero : kNumInt;
-            f.count = 1;
-            r = Result::Consumed;
-          } else if (f.phase == kNumDot || f.phase == kNumExpMark || f.phase == kNumExpSign) {
-            f.phase = f.phase == kNumDot ? kNumFrac : kNumExp;
-            f.count = 1;
-            r = Result::Consumed;
-          } else if ((f.phase == kNumInt || f.phase == kNumFrac) && f.count < kMaxMantissaDigits) {
-            ++f.count;
-            r = Result::Consumed;
-          } else if (f.phase == kNumExp && f.count < kMaxExponentDigits) {
-            ++f.count;
-            r = Result::Consumed;
-          }
-        } else if (c == '.' && !integer && (f.phase == kNumZero || f.phase == kNumInt)) {
-          f.phase = kNumDot;
-          r = Result::Consumed;
-        } else if ((c == 'e' || c == 'E') && !integer &&
-                   (f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac)) {
-          f.phase = kNumExpMark;
-          r = Result::Consumed;
-        } else if ((c == '+' || c == '-') && f.phase == kNumExpMark) {
-          f.phase = kNumExpSign;
-          r = Result::Consumed;
-        }
-        if (r == Result::Ended && !complete(f)) r = Result::Rejected;
+      case Kind::Number:
+        r = number_step(f, c);
         break;
-      }
     }
     switch (r) {
       case Result::Rejected:

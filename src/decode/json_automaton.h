@@ -16,13 +16,13 @@ struct Frame {
   enum class Kind : uint8_t { Root, Object, Array, String, Number, Literal };
   Kind kind = Kind::Root;
   uint8_t phase = 0;
-  uint8_t sub = 0;          // String: UTF-8 bytes pending (state) or \u hex digits read
+  uint8_t sub = 0;          // String: UTF-8 state or \u hex digits read; Number: sign, fraction flags
   uint8_t ws = 0;           // length of the current whitespace run
   uint32_t node = 0;        // schema node; for Literal the literal set
   uint32_t count = 0;       // Root: values done; Object: current property; Array: items; String: code
                             // points; Number: digits of the current part; Literal: bytes matched
   uint32_t lo = 0, hi = 0;  // Literal: candidate range; Root: envelope text position; String: \u value
-  uint64_t mask = 0;        // Object: properties used; Literal: candidates excluded
+  uint64_t mask = 0;        // Object: properties used; Literal: candidates excluded; Number: integer part
   bool operator==(const Frame&) const = default;
 };
 
@@ -64,6 +64,7 @@ class JsonAutomaton {
   Result object_step(Stack& s, uint8_t c, std::vector<Stack>& forks) const;
   Result array_step(Stack& s, uint8_t c, std::vector<Stack>& forks) const;
   Result string_step(Frame& f, uint8_t c) const;
+  Result number_step(Frame& f, uint8_t c) const;
   Result literal_step(Frame& f, uint8_t c) const;
 
   bool dispatch(Stack& s, uint32_t node, uint8_t c, std::vector<Stack>& forks) const;

@@ -39,8 +39,11 @@ struct SchemaNode {
   // String: lengths in code points, as JSON Schema counts them.
   uint32_t min_length = 0, max_length = kUnbounded;
 
-  // Number: digits only (no fraction or exponent) for "integer".
+  // Number: digits only (no fraction or exponent) for "integer". Bounds are whole numbers
+  // (minimum/maximum and their exclusive forms); a bounded number has no exponent.
   bool integer = false;
+  std::optional<int64_t> minimum{}, maximum{};
+  bool exclusive_minimum = false, exclusive_maximum = false;
 
   // Literal: the value must be one of these texts (index into JsonGrammar::literals).
   uint32_t literal = 0;

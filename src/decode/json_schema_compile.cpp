@@ -1,5 +1,6 @@
 // JSON Schema (the subset in docs/CONSTRAINED.md) -> JsonGrammar nodes.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -19,6 +20,8 @@ const std::set<std::string, std::less<>> kAnnotations = {
 const std::set<std::string, std::less<>> kObjectKeywords = {"properties", "required", "additionalProperties"};
 const std::set<std::string, std::less<>> kArrayKeywords = {"items", "minItems", "maxItems"};
 const std::set<std::string, std::less<>> kStringKeywords = {"minLength", "maxLength"};
+const std::set<std::string, std::less<>> kNumberKeywords = {"minimum", "maximum", "exclusiveMinimum",
+                                                            "exclusiveMaximum"};
 const std::set<std::string, std::less<>> kOtherKeywords = {"type", "enum", "const", "anyOf", "oneOf", "$ref"};
 const std::vector<std::string> kTypes = {"object", "array", "string", "number", "integer", "boolean", "null"};
 
@@ -122,7 +125,7 @@ class Compiler {
       fail("json_schema ", where(pointer), ": a schema must be an object, got ", schema.dump());
     for (const auto& [key, _] : schema.items())
       if (!kAnnotations.contains(key) && !kObjectKeywords.contains(key) && !kArrayKeywords.contains(key) &&
-          !kStringKeywords.contains(key) && !kOtherKeywords.contains(key))
+          !kStringKeywords.contains(key) && !kNumberKeywords.contains(key) && !kOtherKeywords.contains(key))
         fail("json_schema ", where(pointer), ": unsupported keyword \"", key, "\"");
     if (schema.contains("$ref")) return compile_ref(schema, pointer);
 
@@ -209,6 +212,7 @@ class Compiler {
     if (has_any(kObjectKeywords)) out.push_back("object");
     if (has_any(kArrayKeywords)) out.push_back("array");
     if (has_any(kStringKeywords)) out.push_back("string");
+    if (has_any(kNumberKeywords)) out.push_back("number");
     if (out.empty() && !schema.contains("anyOf") && !schema.contains("oneOf")) out = {"any"};
     return out;
   }
@@ -228,8 +232,47 @@ class Compiler {
     } else {
       n.kind = SchemaNode::Kind::Number;
       n.integer = type == "integer";
+      bounds(schema, pointer, n);
     }
     return n;
+  }
+
+  // minimum/maximum and the exclusive forms. An integer's become inclusive whole bounds; a
+  // number's must be whole, which covers the usual 0..1, 0..100, > 0, and keeps the automaton
+  // exact (a value's side of a whole bound depends only on its integer part and whether a
+  // fraction follows).
+  void bounds(const json& schema, const std::string& pointer, SchemaNode& n) {
+    constexpr double kLimit = 1e15;  // the automaton's 15 digits
+    const auto read = [&](const char* key) -> std::optional<double> {
+      const auto it = schema.find(key);
+      if (it == schema.end()) return std::nullopt;
+      if (!it->is_number()) fail("json_schema ", where(pointer), ": \"", key, "\" must be a number, got ", it->dump());
+      const double v = it->get<double>();
+      if (std::abs(v) >= kLimit) fail("json_schema ", where(pointer), ": \"", key, "\" ", it->dump(), " is beyond 15 digits");
+      if (!n.integer && v != std::floor(v))
+        fail("json_schema ", where(pointer), ": \"", key, "\" ", it->dump(),
+             " on a number: only whole bounds are supported (or use type integer)");
+      return v;
+    };
+    for (const bool upper : {false, true}) {
+      const char* inclusive_key = upper ? "maximum" : "minimum";
+      const char* exclusive_key = upper ? "exclusiveMaximum" : "exclusiveMinimum";
+      const auto inclusive = read(inclusive_key), exclusive = read(exclusive_key);
+      if (inclusive && exclusive)
+        fail("json_schema ", where(pointer), ": both \"", inclusive_key, "\" and \"", exclusive_key, "\"");
+      if (!inclusive && !exclusive) continue;
+      double v = inclusive ? *inclusive : *exclusive;
+      bool open = exclusive.has_value();
+      if (n.integer) {
+        v = upper ? (open ? std::ceil(v) - 1 : std::floor(v)) : (open ? std::floor(v) + 1 : std::ceil(v));
+        open = false;
+      }
+      (upper ? n.maximum : n.minimum) = int64_t(v);
+      (upper ? n.exclusive_maximum : n.exclusive_minimum) = open;
+    }
+    if (n.minimum && n.maximum &&
+        (*n.minimum > *n.maximum || (*n.minimum == *n.maximum && (n.exclusive_minimum || n.exclusive_maximum))))
+      fail("json_schema ", where(pointer), ": no number lies between the minimum and the maximum");
   }
 
   SchemaNode object(const json& schema, const std::string& pointer) {

@@ -64,6 +64,15 @@ class Validator {
       for (const auto& alt : *it) ok += !check(alt, v, at, depth + 1);
       if (ok != 1) return cat(at, ": matches ", ok, " oneOf alternatives, not exactly one");
     }
+    if (v.is_number()) {
+      const double x = v.get<double>();
+      if (schema.contains("minimum") && x < schema["minimum"].get<double>()) return cat(at, ": below minimum");
+      if (schema.contains("maximum") && x > schema["maximum"].get<double>()) return cat(at, ": above maximum");
+      if (schema.contains("exclusiveMinimum") && x <= schema["exclusiveMinimum"].get<double>())
+        return cat(at, ": not above exclusiveMinimum");
+      if (schema.contains("exclusiveMaximum") && x >= schema["exclusiveMaximum"].get<double>())
+        return cat(at, ": not below exclusiveMaximum");
+    }
     if (v.is_object()) return check_object(schema, v, at, depth);
     if (v.is_array()) return check_array(schema, v, at, depth);
     if (v.is_string()) {
