@@ -323,14 +323,16 @@ TEST(PackOpen, NamesTheFile) {
 // strata pack and strata pack --verify, end to end.
 struct CliRun {
   int rc = -1;
-  std::string err;
+  std::string err, out;
 };
 CliRun strata(const std::string& args, const TempDir& dir) {
-  const std::string err = dir.file("stderr.txt");
-  const int status = std::system((std::string(STRATA_BINARY) + " " + args + " 2> " + err).c_str());
-  std::stringstream e;
+  const std::string err = dir.file("stderr.txt"), out = dir.file("stdout.txt");
+  const int status =
+      std::system((std::string(STRATA_BINARY) + " " + args + " > " + out + " 2> " + err).c_str());
+  std::stringstream e, o;
   e << std::ifstream(err).rdbuf();
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, e.str()};
+  o << std::ifstream(out).rdbuf();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, e.str(), o.str()};
 }
 
 TEST(PackCommand, WritesAndVerifies) {
@@ -348,6 +350,10 @@ TEST(PackCommand, WritesAndVerifies) {
   EXPECT_CONTAINS(r.err, "all 8 records OK, equal to the GGUF's expert slices");
   r = strata("pack --verify --no-progress " + model + ".experts", dir);
   ASSERT_EQ(r.rc, 0) << r.err;
+  r = strata("pack --bench-reads 0.1 --threads 2 --depth 3 " + model, dir);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_CONTAINS(r.out, "\"gb_per_s\": ");
+  EXPECT_CONTAINS(r.out, "\"retries\": 0}");
 
   std::vector<uint8_t> b = read_bytes(model + ".experts");
   const auto pack = Pack::open(model + ".experts");

@@ -1,4 +1,6 @@
 // strata pack: write a model's `.experts` pack from its GGUF, or verify one (docs/PACK.md).
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -6,6 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "experts/expert_reader.h"
 #include "experts/pack.h"
 #include "gguf/gguf.h"
 #include "util/error.h"
@@ -20,6 +23,11 @@ struct PackOptions {
   std::string output;
   bool verify = false;
   bool progress = true;
+  double bench_seconds = 0;
+  int threads = 8;
+  int depth = 16;
+  std::string io = "auto";
+  bool buffered = false;
 };
 
 bool is_gguf(const std::string& path) {
@@ -48,13 +56,16 @@ void run_write(const PackOptions& o) {
                report.seconds, gbps(report.bytes, report.seconds), (unsigned long long)report.source_id);
 }
 
+// The pack a --verify / --bench-reads input names: the pack itself, or a GGUF's pack.
+std::string input_pack(const PackOptions& o, std::unique_ptr<gguf::Reader>& model) {
+  if (!is_gguf(o.input)) return o.input;
+  model = gguf::Reader::open(o.input);
+  return experts::pack_path_for(*model, o.output);
+}
+
 void run_verify(const PackOptions& o) {
   std::unique_ptr<gguf::Reader> model;
-  std::string pack_path = o.input;
-  if (is_gguf(o.input)) {
-    model = gguf::Reader::open(o.input);
-    pack_path = experts::pack_path_for(*model, o.output);
-  }
+  const std::string pack_path = input_pack(o, model);
   const auto pack = experts::Pack::open(pack_path);
   // Byte-for-byte comparison needs the model's own stacks; a trunk-only GGUF names its pack's
   // source id instead.
@@ -76,6 +87,50 @@ void run_verify(const PackOptions& o) {
                format_bytes(report.bytes).c_str(), report.seconds, gbps(report.bytes, report.seconds));
 }
 
+// Random records through the ExpertReader with `depth` requests in flight, for `seconds`: the
+// random-read rate the expert cache can expect from this disk. One JSON line on stdout.
+void run_bench_reads(const PackOptions& o) {
+  std::unique_ptr<gguf::Reader> model;
+  const auto pack = experts::Pack::open(input_pack(o, model));
+  experts::ReaderOptions ro;
+  ro.threads = o.threads;
+  ro.urgent_threads = std::min(2, o.threads - 1);
+  ro.direct = !o.buffered;
+  if (o.io == "pread") ro.backend = experts::IoBackend::Pread;
+  else if (o.io == "io_uring") ro.backend = experts::IoBackend::Uring;
+  else if (o.io != "auto") fail("--io ", o.io, ": expected auto, io_uring or pread");
+  if (o.depth < 1 || o.depth > 1024) fail("--depth ", o.depth, " out of range (1..1024)");
+  experts::ExpertReader reader(*pack, ro);
+  const size_t slot = size_t(pack->max_record_bytes());
+  experts::AlignedBuffer buffers(slot * size_t(o.depth));
+  std::vector<experts::Ticket> tickets(size_t(o.depth));
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  const auto submit = [&](size_t i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    const int layer = int(x % uint64_t(pack->n_layers()));
+    const int expert = int((x >> 20) % uint64_t(pack->n_experts()));
+    tickets[i] = reader.submit(layer, expert, buffers.data() + i * slot,
+                               i % 4 == 0 ? experts::Priority::Urgent : experts::Priority::ReadAhead);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto end = t0 + std::chrono::duration<double>(o.bench_seconds);
+  for (size_t i = 0; i < tickets.size(); ++i) submit(i);
+  for (size_t i = 0; std::chrono::steady_clock::now() < end; i = (i + 1) % tickets.size()) {
+    reader.wait(tickets[i]);
+    submit(i);
+  }
+  for (const auto& t : tickets) reader.wait(t);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto s = reader.stats();
+  std::printf("{\"pack\": \"%s\", \"io\": \"%s\", \"direct\": %s, \"threads\": %d, \"depth\": %d, "
+              "\"record_bytes\": %llu, \"requests\": %llu, \"seconds\": %.3f, \"gb_per_s\": %.3f, "
+              "\"records_per_s\": %.1f, \"retries\": %llu}\n",
+              pack->path().c_str(), reader.backend_name().c_str(), reader.direct() ? "true" : "false",
+              o.threads, o.depth, (unsigned long long)pack->max_record_bytes(),
+              (unsigned long long)s.requests, wall, gbps(s.bytes, wall), double(s.requests) / wall,
+              (unsigned long long)s.retries);
+}
+
 }  // namespace
 
 void add_pack_command(CLI::App& app) {
@@ -92,8 +147,17 @@ void add_pack_command(CLI::App& app) {
                 "Re-read every record and check its checksum; given the GGUF, also that every "
                 "record equals the GGUF's expert slices");
   cmd->add_flag("!--no-progress", o->progress, "No progress bar");
+  auto* bench = cmd->add_option("--bench-reads", o->bench_seconds,
+                                "Read random records through the expert reader for this many "
+                                "seconds and print the rate as JSON (measures the disk)");
+  cmd->add_option("--threads", o->threads, "--bench-reads: reader threads")->capture_default_str()->needs(bench);
+  cmd->add_option("--depth", o->depth, "--bench-reads: requests in flight")->capture_default_str()->needs(bench);
+  cmd->add_option("--io", o->io, "--bench-reads: auto, io_uring or pread")->capture_default_str()->needs(bench);
+  cmd->add_flag("--buffered", o->buffered, "--bench-reads: through the page cache, not O_DIRECT")->needs(bench);
   cmd->callback([o] {
-    if (o->verify) {
+    if (o->bench_seconds > 0) {
+      run_bench_reads(*o);
+    } else if (o->verify) {
       run_verify(*o);
     } else {
       run_write(*o);
