@@ -28,6 +28,28 @@ struct TinyExperts {
   uint64_t seed = 1;
 };
 
+// `layers` x `experts` experts with gate/up [64 x 256] in `type` and down [256 x 64] in q8_0.
+inline TinyExperts tiny_experts(int layers, int experts, quant::Type type = quant::Type::Q8_0) {
+  TinyExperts t;
+  t.layers = layers;
+  t.experts = experts;
+  t.embd = 256;
+  t.ff = 64;
+  t.type = type;
+  return t;
+}
+
+// The message of the strata::Error `f` throws, or "" if it returns.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // blk.L.ffn_{gate,up,down}_exps.weight of every layer, filled with seeded bytes.
 inline void write_expert_gguf(const std::string& path, const TinyExperts& t) {
   gguf::Writer w(path);
@@ -85,12 +107,7 @@ inline uint64_t index_entry(const std::vector<uint8_t>& b, uint64_t record) {
 
 // The message of the strata::Error opening `bytes` as a pack throws, or "" if it opens.
 inline std::string pack_error(const std::vector<uint8_t>& bytes) {
-  try {
-    Pack::from_memory(bytes.data(), bytes.size(), "t.experts");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return error_of([&] { Pack::from_memory(bytes.data(), bytes.size(), "t.experts"); });
 }
 
 }  // namespace strata::experts::testing

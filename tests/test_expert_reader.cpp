@@ -62,23 +62,11 @@ class ReaderTest : public ::testing::Test {
   }
 
   static std::string wait_error(ExpertReader& r, const Ticket& t) {
-    try {
-      r.wait(t);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return error_of([&] { r.wait(t); });
   }
 
   TempDir dir_;
-  TinyExperts spec_ = [] {
-    TinyExperts t;
-    t.layers = 3;
-    t.experts = 6;
-    t.embd = 256;
-    t.ff = 64;
-    return t;
-  }();
+  TinyExperts spec_ = tiny_experts(3, 6);
   std::string model_path_, pack_path_;
   std::unique_ptr<gguf::Reader> model_;
   std::unique_ptr<Pack> pack_;

@@ -36,24 +36,11 @@ class PackTest : public ::testing::Test {
   }
 
   std::string verify_error(const gguf::Reader* model) const {
-    try {
-      verify_pack(*Pack::open(pack_path_), model);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return error_of([&] { verify_pack(*Pack::open(pack_path_), model); });
   }
 
   TempDir dir_;
-  TinyExperts spec_ = [] {
-    TinyExperts t;
-    t.layers = 3;
-    t.experts = 5;
-    t.embd = 256;
-    t.ff = 64;
-    t.type = quant::Type::Q4_K;
-    return t;
-  }();
+  TinyExperts spec_ = tiny_experts(3, 5, quant::Type::Q4_K);
   std::string model_path_, pack_path_;
   std::unique_ptr<gguf::Reader> model_;
 };
@@ -164,12 +151,7 @@ TEST_F(PackTest, WriterRefusesStrayPadding) {
   PackWriter w(dir_.file("p.experts"), shape.layers, shape.n_experts);
   AlignedBuffer rec(shape.layers[0].record_bytes);
   rec.data()[shape.layers[0].record_bytes - 1] = 7;
-  try {
-    w.append(rec.data());
-    FAIL() << "append accepted a record with non-zero padding";
-  } catch (const Error& e) {
-    EXPECT_CONTAINS(std::string(e.what()), "non-zero padding byte");
-  }
+  EXPECT_CONTAINS(error_of([&] { w.append(rec.data()); }), "non-zero padding byte");
 }
 
 TEST_F(PackTest, ModelCheck) {
@@ -179,32 +161,17 @@ TEST_F(PackTest, ModelCheck) {
   EXPECT_NO_THROW(open_model_pack(*model_, c));
 
   c.n_expert = 8;
-  try {
-    pack->check_model(*model_, c);
-    FAIL() << "a pack of 5 experts matched a model of 8";
-  } catch (const Error& e) {
-    EXPECT_CONTAINS(std::string(e.what()), "strata pack " + model_path_);
-  }
+  EXPECT_CONTAINS(error_of([&] { pack->check_model(*model_, c); }), "strata pack " + model_path_);
 
   // Same shapes, other weights: a stale pack.
   TinyExperts other = spec_;
   other.seed = 5;
   write_expert_gguf(dir_.file("other.gguf"), other);
   const auto other_model = gguf::Reader::open(dir_.file("other.gguf"));
-  try {
-    pack->check_model(*other_model, tiny_config(spec_));
-    FAIL() << "a pack matched a model with other expert weights";
-  } catch (const Error& e) {
-    EXPECT_CONTAINS(std::string(e.what()), "made from other expert weights");
-  }
+  EXPECT_CONTAINS(error_of([&] { pack->check_model(*other_model, tiny_config(spec_)); }), "made from other expert weights");
 
   // No pack next to the model: the error says how to make one.
-  try {
-    open_model_pack(*other_model, tiny_config(spec_));
-    FAIL() << "a missing pack opened";
-  } catch (const Error& e) {
-    EXPECT_CONTAINS(std::string(e.what()), "not found; make it with `strata pack " + dir_.file("other.gguf"));
-  }
+  EXPECT_CONTAINS(error_of([&] { open_model_pack(*other_model, tiny_config(spec_)); }), "not found; make it with `strata pack " + dir_.file("other.gguf"));
 }
 
 TEST_F(PackTest, TrunkOnlyModelNamesItsPack) {
@@ -225,12 +192,10 @@ TEST_F(PackTest, TrunkOnlyModelNamesItsPack) {
 
   write_trunk(pack->source_id() + 1);
   model = gguf::Reader::open(trunk);
-  try {
-    open_model_pack(*model, tiny_config(spec_));
-    FAIL() << "a pack with another source id matched";
-  } catch (const Error& e) {
-    EXPECT_CONTAINS(std::string(e.what()), kSourceIdKey);
-    EXPECT_CONTAINS(std::string(e.what()), "write model and pack again");
+  {
+    const std::string e = error_of([&] { open_model_pack(*model, tiny_config(spec_)); });
+    EXPECT_CONTAINS(e, kSourceIdKey);
+    EXPECT_CONTAINS(e, "write model and pack again");
   }
 }
 
@@ -310,12 +275,7 @@ TEST_F(PackValidation, Index) {
 TEST(PackOpen, NamesTheFile) {
   TempDir dir;
   write_bytes(dir.file("empty.experts"), {});
-  try {
-    Pack::open(dir.file("empty.experts"));
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_CONTAINS(std::string(e.what()), dir.file("empty.experts") + ": 0 bytes is too small");
-  }
+  EXPECT_CONTAINS(error_of([&] { Pack::open(dir.file("empty.experts")); }), dir.file("empty.experts") + ": 0 bytes is too small");
   EXPECT_THROW(Pack::open(dir.file("missing.experts")), Error);
   EXPECT_THROW(Pack::open(dir.path().string()), Error);
 }
