@@ -39,29 +39,18 @@ void Job::emit(const std::string& piece) {
 
 void Job::run() {
   set_phase(Phase::Running);
-  std::optional<decode::GenerateResult> result;
-  std::string error;
   try {
-    result = work_(*this);
+    result_ = work_(*this);
   } catch (const std::exception& e) {
-    error = e.what();
+    error_ = e.what();
   }
-  {
-    std::lock_guard lock(mutex_);
-    result_ = std::move(result);
-    error_ = std::move(error);
-    phase_ = Phase::Done;
-  }
-  changed_.notify_all();
 }
 
+void Job::finish() { set_phase(Phase::Done); }
+
 void Job::drop() {
-  {
-    std::lock_guard lock(mutex_);
-    dropped_ = true;
-    phase_ = Phase::Done;
-  }
-  changed_.notify_all();
+  std::lock_guard lock(mutex_);
+  dropped_ = true;
 }
 
 Scheduler::Scheduler(size_t capacity) : capacity_(capacity), worker_([this] { work(); }) {}
@@ -96,8 +85,12 @@ void Scheduler::work() {
       job->drop();
     else
       job->run();
-    std::lock_guard lock(mutex_);
-    current_.reset();
+    {
+      std::lock_guard lock(mutex_);
+      current_.reset();
+    }
+    // Only now, so a client that has its answer sees an idle server.
+    job->finish();
   }
 }
 
@@ -111,7 +104,10 @@ void Scheduler::shutdown() {
     if (current_) current_->abort();
   }
   wake_.notify_all();
-  for (auto& job : dropped) job->drop();
+  for (auto& job : dropped) {
+    job->drop();
+    job->finish();
+  }
   if (worker_.joinable()) worker_.join();
 }
 

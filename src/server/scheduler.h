@@ -53,10 +53,12 @@ class Job {
   const std::string& error() const { return error_; }
   bool dropped() const { return dropped_; }  // never ran (queue shut down or deadline passed)
 
-  // Worker side.
+  // Worker side: run() (or drop() for a job that never starts), then finish(), which wakes the
+  // HTTP thread. result() and error() are written by run() alone and read only after Done.
   void emit(const std::string& piece);
   void run();
   void drop();
+  void finish();
 
  private:
   void set_phase(Phase p);

@@ -75,6 +75,12 @@ void Server::add_routes() {
   // /metrics and the 429 answers responsive when the queue is full.
   const size_t threads = options_.generation.queue + 1 + 8;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port and
+  // silently take half the connections; a taken port must be an error.
+  svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   svr.set_payload_max_length(options_.max_body);
   svr.set_read_timeout(30);
   svr.set_write_timeout(30);

@@ -1,0 +1,407 @@
+// strata serve in-process on a loopback port with a tiny synthetic model: chat and completions,
+// streamed and not, agree with decode::Session; every bad-input class gets its 4xx and an
+// OpenAI error body; the prompt cache reports reused tokens; a full queue answers 429; a client
+// that hangs up, a request past its time limit and a shutdown all end the generation early.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "decode/generate.h"
+#include "decode/loaded_model.h"
+#include "gguf_test_util.h"
+#include "server/server.h"
+#include "synth/synth.h"
+#include "test_server_util.h"
+#include "tokenizer/vocab.h"
+
+namespace strata::server {
+namespace {
+
+using gguf::testing::TempDir;
+using nlohmann::json;
+using testing::RawClient;
+
+class ServerLoopback : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    synth::SynthOptions o;
+    o.arch = "qwen35moe";
+    o.preset = "tiny";
+    o.output = dir_->file("tiny.gguf");
+    o.progress = false;
+    o.seed = 11;
+    synth::run_synth(o);
+    decode::LoadOptions load;
+    load.path = o.output;
+    load.threads = 1;
+    load.ctx = 4096;
+    model_ = new decode::LoadedModel(load);
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete dir_;
+  }
+  void TearDown() override { stop(); }
+
+  void start(ServerOptions o = {}) {
+    o.port = 0;
+    server_ = std::make_unique<Server>(*model_, o);
+    port_ = server_->bind();
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  void stop() {
+    if (!server_) return;
+    server_->stop();
+    thread_.join();
+    server_.reset();
+  }
+
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60);
+    return c;
+  }
+  httplib::Result post(const std::string& path, const std::string& body) const {
+    return client().Post(path.c_str(), body, "application/json");
+  }
+  httplib::Result get(const std::string& path) const { return client().Get(path.c_str()); }
+
+  std::map<std::string, double> metrics() const {
+    auto res = get("/metrics");
+    EXPECT_TRUE(res && res->status == 200);
+    std::map<std::string, double> m;
+    EXPECT_TRUE(testing::parse_prometheus(res ? res->body : "", m)) << (res ? res->body : "");
+    return m;
+  }
+  // Polls /metrics until `name` reaches `value` (60 s at most: a bound, not a timing claim).
+  bool await_metric(const std::string& name, double value) const {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < until) {
+      const auto m = metrics();
+      if (auto it = m.find(name); it != m.end() && it->second == value) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
+  // logit_bias that bans every end-of-generation token: the reply runs to max_tokens.
+  static std::string no_end_tokens() {
+    const auto& vocab = model_->tokenizer().vocab();
+    json bias = json::object();
+    for (const auto& id : {vocab.eos, vocab.find("<|im_end|>"), vocab.find("<|endoftext|>")})
+      if (id) bias[std::to_string(*id)] = -100;
+    return "\"logit_bias\":" + bias.dump();
+  }
+  // A streamed completion long enough that the test acts while it runs.
+  static std::string long_completion() {
+    return R"({"model":"tiny","prompt":"hello","max_tokens":4000,"temperature":1,"seed":1,)"
+           R"("stream":true,)" + no_end_tokens() + "}";
+  }
+
+  // What decode::Session gives for `messages` (greedy), as the server's JSON carries it.
+  static std::string session_reply(const json& messages, int64_t max_tokens,
+                                   decode::GenerateResult* out = nullptr) {
+    const auto prompt = model_->encode(
+        model_->render_chat(nlohmann::ordered_json(messages), nullptr, true,
+                            nlohmann::ordered_json::object()));
+    decode::Session session(model_->model(), model_->tokenizer(), {.n_ctx = 4096});
+    decode::GenerateParams p;
+    p.max_tokens = max_tokens;
+    auto result = session.generate(prompt, p, {});
+    if (out) *out = result;
+    return json::parse(json(result.text).dump(-1, ' ', false, json::error_handler_t::replace))
+        .get<std::string>();
+  }
+
+  static void expect_error(const httplib::Result& res, int status, const std::string& code) {
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, status) << res->body;
+    const auto body = json::parse(res->body);
+    ASSERT_TRUE(body["error"].is_object()) << res->body;
+    EXPECT_TRUE(body["error"]["message"].is_string());
+    EXPECT_TRUE(body["error"]["type"].is_string());
+    EXPECT_TRUE(body["error"].contains("param"));
+    EXPECT_EQ(body["error"]["code"], code) << res->body;
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline decode::LoadedModel* model_ = nullptr;
+  std::unique_ptr<Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+const json kMessages = json::array({{{"role", "system"}, {"content", "Be brief."}},
+                                    {{"role", "user"}, {"content", "Name three colours."}}});
+
+std::string with(const json& body, const std::string& extra) {
+  std::string s = body.dump();
+  if (!extra.empty()) s.insert(s.size() - 1, "," + extra);
+  return s;
+}
+
+json chat_request(const json& messages, int max_tokens) {
+  return {{"model", "tiny"}, {"messages", messages}, {"max_tokens", max_tokens}};
+}
+
+TEST_F(ServerLoopback, ChatEqualsTheSession) {
+  start();
+  decode::GenerateResult expected;
+  const std::string text = session_reply(kMessages, 12, &expected);
+  auto res = post("/v1/chat/completions", chat_request(kMessages, 12).dump());
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const auto body = json::parse(res->body);
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["model"], "tiny");
+  EXPECT_EQ(body["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  const auto& choice = body["choices"][0];
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  EXPECT_EQ(choice["message"]["content"], text);
+  EXPECT_EQ(choice["finish_reason"],
+            expected.finish == decode::FinishReason::Length ? "length" : "stop");
+  const auto& usage = body["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], expected.telemetry.prompt_tokens);
+  EXPECT_EQ(usage["completion_tokens"], int64_t(expected.tokens.size()));
+  EXPECT_EQ(usage["total_tokens"],
+            expected.telemetry.prompt_tokens + int64_t(expected.tokens.size()));
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 0);
+}
+
+TEST_F(ServerLoopback, StreamedChatMatchesTheWholeReply) {
+  start();
+  const std::string text = session_reply(kMessages, 12);
+  auto res = post("/v1/chat/completions",
+                  with(chat_request(kMessages, 12),
+                       R"("stream":true,"stream_options":{"include_usage":true})"));
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+  bool done = false;
+  const auto events = testing::sse_events(res->body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front()["choices"][0]["delta"]["role"], "assistant");
+  std::string streamed;
+  std::string finish;
+  for (const auto& e : events) {
+    EXPECT_EQ(e["object"], "chat.completion.chunk");
+    EXPECT_EQ(e["id"], events.front()["id"]);
+    if (e["choices"].empty()) continue;
+    const auto& c = e["choices"][0];
+    if (c["delta"].contains("content")) streamed += c["delta"]["content"].get<std::string>();
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+  }
+  EXPECT_EQ(streamed, text);
+  EXPECT_FALSE(finish.empty());
+  const auto& last = events.back();
+  EXPECT_TRUE(last["choices"].empty()) << "include_usage adds a usage-only chunk at the end";
+  EXPECT_GT(last["usage"]["prompt_tokens"], 0);
+  EXPECT_GT(last["usage"]["completion_tokens"], 0);
+}
+
+TEST_F(ServerLoopback, CompletionsFromTextAndFromTokens) {
+  start();
+  const std::string prompt = "Once upon a time";
+  auto a = post("/v1/completions",
+                json({{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 6}}).dump());
+  ASSERT_TRUE(a);
+  ASSERT_EQ(a->status, 200) << a->body;
+  const auto ja = json::parse(a->body);
+  EXPECT_EQ(ja["object"], "text_completion");
+  const auto ids = model_->encode(prompt);
+  auto b = post("/v1/completions",
+                json({{"model", "tiny"}, {"prompt", ids}, {"max_tokens", 6}, {"echo", true}})
+                    .dump());
+  ASSERT_TRUE(b);
+  ASSERT_EQ(b->status, 200) << b->body;
+  const auto jb = json::parse(b->body);
+  EXPECT_EQ(jb["choices"][0]["text"], prompt + ja["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(jb["usage"]["prompt_tokens"], int64_t(ids.size()));
+  EXPECT_EQ(jb["usage"]["completion_tokens"], ja["usage"]["completion_tokens"]);
+
+  auto s = post("/v1/completions",
+                json({{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 6}, {"stream", true}})
+                    .dump());
+  ASSERT_TRUE(s);
+  bool done = false;
+  std::string streamed;
+  for (const auto& e : testing::sse_events(s->body, &done))
+    streamed += e["choices"][0]["text"].get<std::string>();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(streamed, ja["choices"][0]["text"]);
+}
+
+TEST_F(ServerLoopback, ModelsHealthPageAndMetrics) {
+  start();
+  auto models = get("/v1/models");
+  ASSERT_TRUE(models);
+  const auto list = json::parse(models->body);
+  EXPECT_EQ(list["object"], "list");
+  ASSERT_EQ(list["data"].size(), 1u);
+  EXPECT_EQ(list["data"][0]["id"], "tiny");
+  EXPECT_EQ(get("/v1/models/tiny")->status, 200);
+  expect_error(get("/v1/models/gpt-4"), 404, "model_not_found");
+  auto health = get("/health");
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["status"], "ok");
+  auto page = get("/");
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->body.find("/v1/chat/completions"), std::string::npos);
+  EXPECT_EQ(page->body.find("http"), page->body.find("http-equiv")) << "no external resources";
+
+  ASSERT_EQ(post("/v1/chat/completions", chat_request(kMessages, 3).dump())->status, 200);
+  const auto m = metrics();
+  EXPECT_EQ(m.at("strata_requests_total{endpoint=\"/v1/models\",status=\"200\"}"), 1);
+  EXPECT_EQ(m.at("strata_requests_total{endpoint=\"/v1/models/{id}\",status=\"404\"}"), 1);
+  EXPECT_EQ(m.at("strata_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"}"), 1);
+  EXPECT_GT(m.at("strata_prompt_tokens_total"), 0);
+  EXPECT_GT(m.at("strata_completion_tokens_total"), 0);
+  EXPECT_EQ(m.at("strata_queue_depth"), 0);
+  EXPECT_EQ(m.at("strata_queue_capacity"), 8);
+  EXPECT_GT(m.at("strata_decode_tokens_per_second"), 0);
+}
+
+TEST_F(ServerLoopback, BadInputGetsTheRight4xx) {
+  ServerOptions o;
+  o.max_body = 64 << 10;
+  start(o);
+  expect_error(post("/v1/chat/completions", "{\"model\":"), 400, "invalid_json");
+  expect_error(post("/v1/chat/completions", "[]"), 400, "invalid_type");
+  expect_error(post("/v1/chat/completions", R"({"model":"tiny","messages":[]})"), 400,
+               "empty_array");
+  expect_error(post("/v1/chat/completions", R"({"model":"tiny"})"), 400,
+               "missing_required_parameter");
+  expect_error(post("/v1/chat/completions", with(chat_request(kMessages, 3), R"("temperature":"x")")),
+               400, "invalid_type");
+  expect_error(post("/v1/chat/completions", with(chat_request(kMessages, 3), R"("top_p":7)")), 400,
+               "decimal_above_max_value");
+  expect_error(post("/v1/chat/completions", with(chat_request(kMessages, 3), R"("bogus":1)")), 400,
+               "unrecognized_argument");
+  expect_error(post("/v1/chat/completions", with(chat_request(kMessages, 3), R"("n":3)")), 422,
+               "unsupported_value");
+  auto other = chat_request(kMessages, 3);
+  other["model"] = "gpt-4o";
+  expect_error(post("/v1/chat/completions", other.dump()), 404, "model_not_found");
+  expect_error(post("/v1/nothing", "{}"), 404, "unknown_url");
+  expect_error(post("/v1/completions", std::string(100 << 10, ' ')), 413, "request_too_large");
+  // Longer than the context: as a prompt, and as prompt plus max_tokens.
+  expect_error(post("/v1/completions",
+                    json({{"model", "tiny"}, {"prompt", std::vector<int>(5000, 65)}}).dump()),
+               400, "context_length_exceeded");
+  expect_error(post("/v1/chat/completions", chat_request(kMessages, 4090).dump()), 400,
+               "context_length_exceeded");
+  // A message the chat template cannot take: tool-call arguments that are not a JSON object.
+  const json bad_args = json::array(
+      {{{"role", "user"}, {"content", "x"}},
+       {{"role", "assistant"},
+        {"tool_calls", {{{"type", "function"}, {"function", {{"name", "f"}, {"arguments", "[1"}}}}}}}});
+  expect_error(post("/v1/chat/completions", chat_request(bad_args, 3).dump()), 400,
+               "invalid_value");
+  // The server is still fine.
+  EXPECT_EQ(post("/v1/chat/completions", chat_request(kMessages, 2).dump())->status, 200);
+}
+
+TEST_F(ServerLoopback, ApiKeyGuardsTheApi) {
+  ServerOptions o;
+  o.api_key = "sekrit";
+  start(o);
+  expect_error(get("/v1/models"), 401, "invalid_api_key");
+  auto c = client();
+  c.set_bearer_token_auth("wrong");
+  expect_error(c.Get("/v1/models"), 401, "invalid_api_key");
+  c.set_bearer_token_auth("sekrit");
+  EXPECT_EQ(c.Get("/v1/models")->status, 200);
+  EXPECT_EQ(get("/health")->status, 200) << "health and metrics stay open for probes";
+}
+
+TEST_F(ServerLoopback, SecondTurnReusesThePromptCache) {
+  start();
+  auto first = post("/v1/chat/completions", chat_request(kMessages, 6).dump());
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200);
+  const auto one = json::parse(first->body);
+  json turns = kMessages;
+  turns.push_back({{"role", "assistant"}, {"content", one["choices"][0]["message"]["content"]}});
+  turns.push_back({{"role", "user"}, {"content", "And three more?"}});
+  auto second = post("/v1/chat/completions", chat_request(turns, 6).dump());
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->status, 200);
+  const auto two = json::parse(second->body);
+  const int64_t first_prompt = one["usage"]["prompt_tokens"];
+  const int64_t cached = two["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_GE(cached, first_prompt) << "the whole first prompt is reused";
+  EXPECT_LT(cached, two["usage"]["prompt_tokens"].get<int64_t>());
+  EXPECT_EQ(metrics().at("strata_prompt_tokens_cached_total"), double(cached));
+}
+
+TEST_F(ServerLoopback, AClientThatHangsUpCancelsItsGeneration) {
+  start();
+  {
+    RawClient stream(port_, "POST", "/v1/completions", long_completion(),
+                     "Accept-Encoding: gzip, deflate, br\r\n");
+    ASSERT_TRUE(stream.read_until("data: ", 3)) << stream.received();
+    EXPECT_EQ(stream.received().find("Content-Encoding"), std::string::npos)
+        << "a compressed stream would hold events back";
+  }
+  ASSERT_TRUE(await_metric("strata_generations_total{finish_reason=\"cancelled\"}", 1));
+  EXPECT_LT(metrics().at("strata_completion_tokens_total"), 4000);
+}
+
+TEST_F(ServerLoopback, AFullQueueAnswers429) {
+  ServerOptions o;
+  o.generation.queue = 1;
+  start(o);
+  RawClient running(port_, "POST", "/v1/completions", long_completion());
+  ASSERT_TRUE(running.read_until("data: ", 2));
+  int queued_status = 0;
+  std::thread queued([&] {
+    auto res = post("/v1/chat/completions", chat_request(kMessages, 2).dump());
+    queued_status = res ? res->status : -1;
+  });
+  ASSERT_TRUE(await_metric("strata_queue_depth", 1));
+  auto refused = post("/v1/chat/completions", chat_request(kMessages, 2).dump());
+  expect_error(refused, 429, "queue_full");
+  EXPECT_EQ(refused->get_header_value("Retry-After"), "1");
+  running.close();
+  queued.join();
+  EXPECT_EQ(queued_status, 200) << "the queued request runs once the first one is gone";
+  EXPECT_EQ(metrics().at("strata_rejected_total"), 1);
+}
+
+TEST_F(ServerLoopback, TheTimeLimitEndsALongGeneration) {
+  ServerOptions o;
+  o.generation.timeout_s = 0.5;
+  start(o);
+  auto res = post("/v1/completions",
+                  R"({"model":"tiny","prompt":"hello","max_tokens":4000,)" + no_end_tokens() + "}");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const auto body = json::parse(res->body);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_LT(body["usage"]["completion_tokens"], 4000);
+}
+
+TEST_F(ServerLoopback, ShutdownEndsTheRunningStreamCleanly) {
+  start();
+  RawClient stream(port_, "POST", "/v1/completions", long_completion());
+  ASSERT_TRUE(stream.read_until("data: ", 2));
+  stop();
+  const std::string& all = stream.read_all();
+  bool done = false;
+  const auto events = testing::sse_events(all.substr(all.find("\r\n\r\n")), &done);
+  EXPECT_TRUE(done) << all.substr(all.size() > 500 ? all.size() - 500 : 0);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+}
+
+}  // namespace
+}  // namespace strata::server

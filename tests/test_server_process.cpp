@@ -1,0 +1,134 @@
+// `strata serve` as a child process, the way it runs in production: it prints its port, serves,
+// and on SIGTERM ends the running stream with a proper last chunk and [DONE], runs its shutdown
+// hook and exits 0. SIGINT does the same; a port already taken is a clear error, exit 1.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <regex>
+#include <string>
+
+#include "gguf_test_util.h"
+#include "synth/synth.h"
+#include "test_server_util.h"
+
+namespace strata::server {
+namespace {
+
+using gguf::testing::TempDir;
+
+class ServeProcess : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    synth::SynthOptions o;
+    o.arch = "qwen35moe";
+    o.preset = "tiny";
+    o.output = dir_->file("tiny.gguf");
+    o.progress = false;
+    o.seed = 11;
+    synth::run_synth(o);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  void TearDown() override {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (err_) std::fclose(err_);
+  }
+
+  // Starts `strata serve` on a free port; returns false if it did not report one.
+  bool spawn(const std::string& extra = "") {
+    int pipe_fds[2];
+    if (::pipe(pipe_fds) != 0) return false;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(pipe_fds[1], STDERR_FILENO);
+      ::close(pipe_fds[0]);
+      ::close(pipe_fds[1]);
+      const std::string cmd = std::string("exec ") + STRATA_BINARY + " serve -m " +
+                              dir_->file("tiny.gguf") + " --threads 1 --port 0 " + extra;
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+      ::_exit(127);
+    }
+    ::close(pipe_fds[1]);
+    err_ = ::fdopen(pipe_fds[0], "r");
+    static const std::regex serving(R"(serving .* on http://127\.0\.0\.1:(\d+))");
+    char line[4096];
+    while (std::fgets(line, sizeof line, err_)) {
+      log_ += line;
+      std::cmatch m;
+      if (std::regex_search(line, m, serving)) {
+        port_ = std::stoi(m[1]);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Waits for the child; returns its exit code (-1 if a signal ended it). Keeps stderr.
+  int wait_exit() {
+    char line[4096];
+    while (std::fgets(line, sizeof line, err_)) log_ += line;
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  pid_t pid_ = -1;
+  FILE* err_ = nullptr;
+  int port_ = 0;
+  std::string log_;
+};
+
+TEST_F(ServeProcess, SigtermEndsTheStreamAndExitsZero) {
+  ASSERT_TRUE(spawn()) << log_;
+  httplib::Client c("127.0.0.1", port_);
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+
+  testing::RawClient stream(
+      port_, "POST", "/v1/completions",
+      R"({"model":"tiny","prompt":"hi","max_tokens":4000,"stream":true,"temperature":1,)"
+      R"("logit_bias":{"0":5}})");
+  ASSERT_TRUE(stream.read_until("data: ", 2)) << stream.received();
+  ASSERT_EQ(::kill(pid_, SIGTERM), 0);
+  const std::string& all = stream.read_all();
+  EXPECT_NE(all.find("data: [DONE]"), std::string::npos) << all.substr(all.size() - 300);
+  EXPECT_EQ(wait_exit(), 0) << log_;
+  EXPECT_NE(log_.find("SIGTERM"), std::string::npos) << log_;
+  EXPECT_NE(log_.find("server stopped"), std::string::npos) << log_;
+}
+
+TEST_F(ServeProcess, SigintExitsZero) {
+  ASSERT_TRUE(spawn("--queue 2 --timeout 30")) << log_;
+  ASSERT_EQ(::kill(pid_, SIGINT), 0);
+  EXPECT_EQ(wait_exit(), 0) << log_;
+}
+
+TEST_F(ServeProcess, ATakenPortIsAClearError) {
+  ASSERT_TRUE(spawn()) << log_;
+  const int taken = port_;
+  const std::string cmd = std::string(STRATA_BINARY) + " serve -m " + dir_->file("tiny.gguf") +
+                          " --threads 1 --port " + std::to_string(taken) + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[1024];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = ::pclose(p);
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_NE(out.find("cannot listen on 127.0.0.1:" + std::to_string(taken)), std::string::npos)
+      << out;
+}
+
+}  // namespace
+}  // namespace strata::server

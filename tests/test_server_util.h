@@ -1,0 +1,127 @@
+// Helpers for the server tests: a raw loopback HTTP client (to hold a stream open and hang up
+// mid-way, which httplib's client cannot), SSE and Prometheus text parsing.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace strata::server::testing {
+
+// One HTTP/1.1 request on its own connection; the test reads the response piecemeal and may
+// close the connection at any point.
+class RawClient {
+ public:
+  RawClient(int port, const std::string& method, const std::string& path,
+            const std::string& body, const std::string& extra_headers = "") {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) std::abort();
+    timeval tv{60, 0};  // a generous bound so a broken server fails the test, not hangs it
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const std::string request = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
+                                extra_headers + "Content-Type: application/json\r\n" +
+                                "Content-Length: " + std::to_string(body.size()) +
+                                "\r\nConnection: close\r\n\r\n" + body;
+    for (size_t sent = 0; sent < request.size();) {
+      const ssize_t n = ::send(fd_, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += size_t(n);
+    }
+  }
+  ~RawClient() { close(); }
+
+  // Reads until `text` has appeared `count` times in the response, or the connection ends.
+  bool read_until(const std::string& text, size_t count = 1) {
+    while (occurrences(text) < count) {
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return false;
+      received_.append(buf, size_t(n));
+    }
+    return true;
+  }
+  // Reads to the end of the response (the server closes: Connection: close).
+  const std::string& read_all() {
+    read_until("\x01never\x02", 1);
+    return received_;
+  }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  const std::string& received() const { return received_; }
+
+ private:
+  size_t occurrences(const std::string& text) const {
+    size_t n = 0;
+    for (size_t at = received_.find(text); at != std::string::npos;
+         at = received_.find(text, at + 1))
+      ++n;
+    return n;
+  }
+  int fd_ = -1;
+  std::string received_;
+};
+
+// The JSON payloads of an SSE body's `data:` events, "[DONE]" excluded; `done` says whether the
+// stream ended with it.
+inline std::vector<nlohmann::json> sse_events(const std::string& body, bool* done = nullptr) {
+  std::vector<nlohmann::json> events;
+  if (done) *done = false;
+  std::istringstream in(body);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.rfind("data: ", 0) != 0) continue;
+    const std::string data = line.substr(6);
+    if (data == "[DONE]") {
+      if (done) *done = true;
+      continue;
+    }
+    events.push_back(nlohmann::json::parse(data));
+  }
+  return events;
+}
+
+// Prometheus text exposition -> {"name{labels}": value}. Returns false on a line that is neither
+// a comment nor a well-formed sample, or a sample whose metric has no # TYPE line before it.
+inline bool parse_prometheus(const std::string& text, std::map<std::string, double>& out) {
+  static const std::regex sample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[^"}]|"[^"]*")*\})? (\S+)$)");
+  static const std::regex type_line(R"(^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge)$)");
+  std::vector<std::string> typed;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, type_line)) {
+      typed.push_back(m[1]);
+      continue;
+    }
+    if (line.rfind("# HELP ", 0) == 0) continue;
+    if (!std::regex_match(line, m, sample)) return false;
+    bool known = false;
+    for (const auto& t : typed) known |= t == m[1];
+    if (!known) return false;
+    char* end = nullptr;
+    const std::string value = m[3];
+    const double v = std::strtod(value.c_str(), &end);
+    if (end != value.c_str() + value.size()) return false;
+    out[m[1].str() + m[2].str()] = v;
+  }
+  return true;
+}
+
+}  // namespace strata::server::testing
