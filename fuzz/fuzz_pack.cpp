@@ -46,8 +46,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (layers <= kMaxLayers && experts <= kMaxExperts) {
     const Geometry g = geometry(layers, experts);
     if (g.index_end <= size)
-      store<uint64_t>(sealed.data() + kAtTablesChecksum,
-                      checksum(sealed.data() + g.layers_offset, size_t(g.index_end - g.layers_offset)));
+      store<uint64_t>(
+          sealed.data() + kAtTablesChecksum,
+          checksum(sealed.data() + g.layers_offset, size_t(g.index_end - g.layers_offset)));
   }
   store<uint64_t>(sealed.data() + kHeaderChecksumAt, checksum(sealed.data(), kHeaderChecksumAt));
   open_and_walk(sealed.data(), sealed.size());

@@ -96,13 +96,16 @@ inline void reseal(std::vector<uint8_t>& b) {
 }
 
 // Byte offsets of fields in a pack image.
-inline uint64_t layer_entry(uint32_t layer) { return format::kHeaderBytes + layer * format::kLayerEntryBytes; }
+inline uint64_t layer_entry(uint32_t layer) {
+  return format::kHeaderBytes + layer * format::kLayerEntryBytes;
+}
 inline uint64_t part_entry(uint32_t layer, int part) {
   return layer_entry(layer) + 8 + uint64_t(part) * format::kPartEntryBytes;
 }
 inline uint64_t index_entry(const std::vector<uint8_t>& b, uint64_t record) {
   const uint32_t layers = format::load<uint32_t>(b.data() + format::kAtLayers);
-  return format::kHeaderBytes + layers * format::kLayerEntryBytes + record * format::kIndexEntryBytes;
+  return format::kHeaderBytes + layers * format::kLayerEntryBytes +
+         record * format::kIndexEntryBytes;
 }
 
 // The message of the strata::Error opening `bytes` as a pack throws, or "" if it opens.

@@ -51,7 +51,8 @@ class ReaderTest : public ::testing::Test {
     for (int p = 0; p < 3; ++p) {
       const auto& t = model_->tensor(expert_stack_name(layer, p));
       const Part& part = l.part(p);
-      std::memcpy(want.data() + part.offset, t.data + uint64_t(expert) * part.bytes(), part.bytes());
+      std::memcpy(want.data() + part.offset, t.data + uint64_t(expert) * part.bytes(),
+                  part.bytes());
     }
     return want;
   }
@@ -100,14 +101,16 @@ void read_all(ReaderTest& t, const Pack& pack, ExpertReader& reader,
 TEST_F(ReaderTest, PreadDirect) {
   ExpertReader reader(*pack_, options(3, 1, IoBackend::Pread));
   EXPECT_EQ(reader.backend_name(), "pread");
-  read_all(*this, *pack_, reader, [&](int l, int e, const uint8_t* d) { return landed_right(l, e, d); });
+  read_all(*this, *pack_, reader,
+           [&](int l, int e, const uint8_t* d) { return landed_right(l, e, d); });
 }
 
 TEST_F(ReaderTest, UringDirect) {
   if (!make_uring_io(4)) GTEST_SKIP() << "io_uring is not available on this kernel";
   ExpertReader reader(*pack_, options(2, 1, IoBackend::Uring, 4096));
   EXPECT_EQ(reader.backend_name(), "io_uring");
-  read_all(*this, *pack_, reader, [&](int l, int e, const uint8_t* d) { return landed_right(l, e, d); });
+  read_all(*this, *pack_, reader,
+           [&](int l, int e, const uint8_t* d) { return landed_right(l, e, d); });
   // Every record is more than one 4 KiB piece.
   EXPECT_GT(reader.stats().pieces, reader.stats().requests);
 }
@@ -138,7 +141,9 @@ TEST_F(ReaderTest, ManyConcurrentRequestsOfMixedPriority) {
             continue;
           }
           reader.wait(tickets[size_t(k)]);
-          if (!landed_right(ids[size_t(k)].first, ids[size_t(k)].second, buf.data() + size_t(k) * stride)) ++wrong;
+          if (!landed_right(ids[size_t(k)].first, ids[size_t(k)].second,
+                            buf.data() + size_t(k) * stride))
+            ++wrong;
         }
       }
     });
@@ -174,10 +179,10 @@ struct Faults {
   std::mutex mu;
   std::condition_variable cv;
   bool blocked = false;
-  int eio = 0;        // next reads that fail with EIO
+  int eio = 0;  // next reads that fail with EIO
   int short_reads = 0;
-  int corrupt = 0;    // next reads whose bytes get one bit flipped
-  int einval = 0;     // next reads refused as O_DIRECT is by some filesystems
+  int corrupt = 0;  // next reads whose bytes get one bit flipped
+  int einval = 0;   // next reads refused as O_DIRECT is by some filesystems
   bool eio_forever = false;
   int reads = 0;
 
@@ -230,8 +235,8 @@ TEST_F(ReaderTest, TransientFaultsAreRetried) {
   ExpertReader reader(*pack_, faulty(f));
   EXPECT_EQ(reader.backend_name(), "faulty");
   AlignedBuffer buf(pack_->max_record_bytes());
-  const std::pair<int*, const char*> kinds[] = {{&f.eio, "EIO"}, {&f.short_reads, "short read"},
-                                               {&f.corrupt, "corruption"}};
+  const std::pair<int*, const char*> kinds[] = {
+      {&f.eio, "EIO"}, {&f.short_reads, "short read"}, {&f.corrupt, "corruption"}};
   uint64_t retries = 0;
   for (const auto& [counter, what] : kinds) {
     {

@@ -92,8 +92,9 @@ TEST_F(PackTest, MakeLayoutAlignsParts) {
     p.cols = cols;
     return p;
   };
-  const Layout l = make_layout(part(quant::Type::IQ2_XS, 640, 2560), part(quant::Type::IQ2_XS, 640, 2560),
-                               part(quant::Type::Q4_0, 2560, 640));
+  const Layout l =
+      make_layout(part(quant::Type::IQ2_XS, 640, 2560), part(quant::Type::IQ2_XS, 640, 2560),
+                  part(quant::Type::Q4_0, 2560, 640));
   EXPECT_EQ(l.gate.offset, 0u);
   EXPECT_EQ(l.up.offset % kPartAlignment, 0u);
   EXPECT_GE(l.up.offset, l.gate.bytes());
@@ -168,10 +169,12 @@ TEST_F(PackTest, ModelCheck) {
   other.seed = 5;
   write_expert_gguf(dir_.file("other.gguf"), other);
   const auto other_model = gguf::Reader::open(dir_.file("other.gguf"));
-  EXPECT_CONTAINS(error_of([&] { pack->check_model(*other_model, tiny_config(spec_)); }), "made from other expert weights");
+  EXPECT_CONTAINS(error_of([&] { pack->check_model(*other_model, tiny_config(spec_)); }),
+                  "made from other expert weights");
 
   // No pack next to the model: the error says how to make one.
-  EXPECT_CONTAINS(error_of([&] { open_model_pack(*other_model, tiny_config(spec_)); }), "not found; make it with `strata pack " + dir_.file("other.gguf"));
+  EXPECT_CONTAINS(error_of([&] { open_model_pack(*other_model, tiny_config(spec_)); }),
+                  "not found; make it with `strata pack " + dir_.file("other.gguf"));
 }
 
 TEST_F(PackTest, TrunkOnlyModelNamesItsPack) {
@@ -226,7 +229,8 @@ class PackValidation : public PackTest {
 };
 
 TEST_F(PackValidation, Header) {
-  EXPECT_CONTAINS(pack_error({bytes_.begin(), bytes_.begin() + 100}), "too small for a pack header");
+  EXPECT_CONTAINS(pack_error({bytes_.begin(), bytes_.begin() + 100}),
+                  "too small for a pack header");
   EXPECT_CONTAINS(error_after(set<uint8_t>(0, 'X')), "t.experts: not a strata expert pack");
   EXPECT_CONTAINS(error_after(set<uint32_t>(kAtVersion, 2)), "pack version 2");
   EXPECT_CONTAINS(error_after(set<uint8_t>(kAtSourceId, 1), false), "header checksum mismatch");
@@ -235,9 +239,11 @@ TEST_F(PackValidation, Header) {
   EXPECT_CONTAINS(error_after(set<uint32_t>(kAtLayers, 0)), "layer count 0 out of range");
   EXPECT_CONTAINS(error_after(set<uint32_t>(kAtExperts, 70000)), "expert count 70000 out of range");
   // Counts that the file cannot hold are refused before any table is allocated.
-  EXPECT_CONTAINS(error_after(set<uint32_t>(kAtExperts, 60000)), "cannot hold 3 layers x 60000 experts");
+  EXPECT_CONTAINS(error_after(set<uint32_t>(kAtExperts, 60000)),
+                  "cannot hold 3 layers x 60000 experts");
   EXPECT_CONTAINS(error_after(set<uint64_t>(kAtIndexOffset, 1)), "index offset 1, expected");
-  EXPECT_CONTAINS(error_after(set<uint64_t>(kAtDataOffset, 8192)), "data offset 8192, expected 4096");
+  EXPECT_CONTAINS(error_after(set<uint64_t>(kAtDataOffset, 8192)),
+                  "data offset 8192, expected 4096");
   EXPECT_CONTAINS(pack_error({bytes_.begin(), bytes_.end() - 4096}), "truncated");
 }
 
@@ -245,16 +251,21 @@ TEST_F(PackValidation, Tables) {
   EXPECT_CONTAINS(error_after(set<uint8_t>(index_entry(bytes_, 2) + 16, 1), false),
                   "layer table / index checksum mismatch");
   EXPECT_CONTAINS(error_after(set<uint64_t>(layer_entry(1), 5000)), "layer 1: record size 5000");
-  EXPECT_CONTAINS(error_after(set<uint32_t>(part_entry(0, 1), 77)), "layer 0 up: unknown quant type id 77");
+  EXPECT_CONTAINS(error_after(set<uint32_t>(part_entry(0, 1), 77)),
+                  "layer 0 up: unknown quant type id 77");
   EXPECT_CONTAINS(error_after(set<uint32_t>(part_entry(0, 1), uint32_t(quant::Type::Q8_K))),
                   "not a weight format");
   EXPECT_CONTAINS(error_after(set<uint32_t>(part_entry(0, 1) + 4, 1)), "reserved field");
   EXPECT_CONTAINS(error_after(set<int64_t>(part_entry(2, 0) + 8, 0)), "layer 2 gate: shape");
-  EXPECT_CONTAINS(error_after(set<int64_t>(part_entry(2, 0) + 8, int64_t(1) << 40)), "out of range");
-  EXPECT_CONTAINS(error_after(set<int64_t>(part_entry(0, 2) + 16, 100)), "not a multiple of q8_0's block");
+  EXPECT_CONTAINS(error_after(set<int64_t>(part_entry(2, 0) + 8, int64_t(1) << 40)),
+                  "out of range");
+  EXPECT_CONTAINS(error_after(set<int64_t>(part_entry(0, 2) + 16, 100)),
+                  "not a multiple of q8_0's block");
   EXPECT_CONTAINS(error_after(set<uint64_t>(part_entry(0, 0) + 24, 1)), "row stride 1 bytes");
-  EXPECT_CONTAINS(error_after(set<uint64_t>(part_entry(0, 0) + 32, 3)), "offset 3 is not a multiple of 64");
-  EXPECT_CONTAINS(error_after(set<uint64_t>(part_entry(0, 2) + 32, 1u << 20)), "run past the record");
+  EXPECT_CONTAINS(error_after(set<uint64_t>(part_entry(0, 0) + 32, 3)),
+                  "offset 3 is not a multiple of 64");
+  EXPECT_CONTAINS(error_after(set<uint64_t>(part_entry(0, 2) + 32, 1u << 20)),
+                  "run past the record");
   EXPECT_CONTAINS(error_after(set<uint64_t>(part_entry(0, 1) + 32, 64)), "gate and up overlap");
   EXPECT_CONTAINS(error_after(set<int64_t>(part_entry(1, 1) + 8, 32)), "layer 1: up is [32 x 256]");
 }
@@ -264,18 +275,21 @@ TEST_F(PackValidation, Index) {
   const uint64_t off7 = load<uint64_t>(bytes_.data() + e7);
   const uint64_t off8 = load<uint64_t>(bytes_.data() + e7 + kIndexEntryBytes);
   EXPECT_CONTAINS(error_after(set<uint64_t>(e7, off7 + 512)),
-                  "record (layer 1, expert 2): offset " + std::to_string(off7 + 512) + " is not a multiple of 4096");
+                  "record (layer 1, expert 2): offset " + std::to_string(off7 + 512) +
+                      " is not a multiple of 4096");
   EXPECT_CONTAINS(error_after(set<uint64_t>(e7, 0)), "lies inside the tables");
   EXPECT_CONTAINS(error_after(set<uint64_t>(e7, bytes_.size())), "run past the end of the file");
   EXPECT_CONTAINS(error_after(set<uint64_t>(e7, uint64_t(-4096))), "run past the end of the file");
   EXPECT_CONTAINS(error_after(set<uint64_t>(e7 + 8, 4096)), "length 4096");
-  EXPECT_CONTAINS(error_after(set<uint64_t>(e7, off8)), "overlap at offset " + std::to_string(off8));
+  EXPECT_CONTAINS(error_after(set<uint64_t>(e7, off8)),
+                  "overlap at offset " + std::to_string(off8));
 }
 
 TEST(PackOpen, NamesTheFile) {
   TempDir dir;
   write_bytes(dir.file("empty.experts"), {});
-  EXPECT_CONTAINS(error_of([&] { Pack::open(dir.file("empty.experts")); }), dir.file("empty.experts") + ": 0 bytes is too small");
+  EXPECT_CONTAINS(error_of([&] { Pack::open(dir.file("empty.experts")); }),
+                  dir.file("empty.experts") + ": 0 bytes is too small");
   EXPECT_THROW(Pack::open(dir.file("missing.experts")), Error);
   EXPECT_THROW(Pack::open(dir.path().string()), Error);
 }
@@ -321,7 +335,8 @@ TEST(PackCommand, WritesAndVerifies) {
   write_bytes(model + ".experts", b);
   r = strata("pack --verify --no-progress " + model, dir);
   EXPECT_EQ(r.rc, 1);
-  EXPECT_CONTAINS(r.err, "record (layer 1, expert 0) at offset " + std::to_string(pack->record(1, 0).offset));
+  EXPECT_CONTAINS(
+      r.err, "record (layer 1, expert 0) at offset " + std::to_string(pack->record(1, 0).offset));
 
   r = strata("pack --no-progress " + model + " -o " + dir.file("x.experts"), dir);
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -362,7 +377,8 @@ TEST(SynthPack, EqualsPackingThePlainModel) {
             plain->tensors().size());
   const auto pack = open_model_pack(*split, model::ModelConfig::read(*split));
   EXPECT_EQ(pack->source_id(), model_source_id(*plain));
-  EXPECT_EQ(verify_pack(*pack, plain.get()).records, uint64_t(pack->n_layers() * pack->n_experts()));
+  EXPECT_EQ(verify_pack(*pack, plain.get()).records,
+            uint64_t(pack->n_layers() * pack->n_experts()));
 }
 
 }  // namespace

@@ -37,7 +37,9 @@ bool is_gguf(const std::string& path) {
   return in && magic == gguf::kMagic;
 }
 
-double gbps(uint64_t bytes, double seconds) { return seconds > 0 ? double(bytes) / seconds / 1e9 : 0.0; }
+double gbps(uint64_t bytes, double seconds) {
+  return seconds > 0 ? double(bytes) / seconds / 1e9 : 0.0;
+}
 
 void run_write(const PackOptions& o) {
   const auto model = gguf::Reader::open(o.input);
@@ -52,8 +54,9 @@ void run_write(const PackOptions& o) {
   });
   if (bar) bar->finish();
   std::fprintf(stderr, "%s: %zu layers x %d experts, %s in %.1f s (%.2f GB/s), source id %016llx\n",
-               out.c_str(), shape.layers.size(), shape.n_experts, format_bytes(report.bytes).c_str(),
-               report.seconds, gbps(report.bytes, report.seconds), (unsigned long long)report.source_id);
+               out.c_str(), shape.layers.size(), shape.n_experts,
+               format_bytes(report.bytes).c_str(), report.seconds,
+               gbps(report.bytes, report.seconds), (unsigned long long)report.source_id);
 }
 
 // The pack a --verify / --bench-reads input names: the pack itself, or a GGUF's pack.
@@ -73,8 +76,8 @@ void run_verify(const PackOptions& o) {
   if (model && !compare) {
     const gguf::Value* id = model->find(experts::kSourceIdKey);
     if (!id || !id->is_integer() || id->as_u64() != pack->source_id())
-      fail(pack_path, " is not the pack ", model->path(), " was written with (", experts::kSourceIdKey,
-           " differs)");
+      fail(pack_path, " is not the pack ", model->path(), " was written with (",
+           experts::kSourceIdKey, " differs)");
   }
   std::optional<ProgressBar> bar;
   if (o.progress) bar.emplace("verify " + pack_path, pack->data_bytes());
@@ -82,9 +85,10 @@ void run_verify(const PackOptions& o) {
     if (bar) bar->advance(n);
   });
   if (bar) bar->finish();
-  std::fprintf(stderr, "%s: all %llu records OK%s (%s in %.1f s, %.2f GB/s)\n", pack_path.c_str(),
-               (unsigned long long)report.records, compare ? ", equal to the GGUF's expert slices" : "",
-               format_bytes(report.bytes).c_str(), report.seconds, gbps(report.bytes, report.seconds));
+  std::fprintf(
+      stderr, "%s: all %llu records OK%s (%s in %.1f s, %.2f GB/s)\n", pack_path.c_str(),
+      (unsigned long long)report.records, compare ? ", equal to the GGUF's expert slices" : "",
+      format_bytes(report.bytes).c_str(), report.seconds, gbps(report.bytes, report.seconds));
 }
 
 // Random records through the ExpertReader with `depth` requests in flight, for `seconds`: the
@@ -96,9 +100,12 @@ void run_bench_reads(const PackOptions& o) {
   ro.threads = o.threads;
   ro.urgent_threads = std::min(2, o.threads - 1);
   ro.direct = !o.buffered;
-  if (o.io == "pread") ro.backend = experts::IoBackend::Pread;
-  else if (o.io == "io_uring") ro.backend = experts::IoBackend::Uring;
-  else if (o.io != "auto") fail("--io ", o.io, ": expected auto, io_uring or pread");
+  if (o.io == "pread")
+    ro.backend = experts::IoBackend::Pread;
+  else if (o.io == "io_uring")
+    ro.backend = experts::IoBackend::Uring;
+  else if (o.io != "auto")
+    fail("--io ", o.io, ": expected auto, io_uring or pread");
   if (o.depth < 1 || o.depth > 1024) fail("--depth ", o.depth, " out of range (1..1024)");
   experts::ExpertReader reader(*pack, ro);
   const size_t slot = size_t(pack->max_record_bytes());
@@ -109,8 +116,9 @@ void run_bench_reads(const PackOptions& o) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     const int layer = int(x % uint64_t(pack->n_layers()));
     const int expert = int((x >> 20) % uint64_t(pack->n_experts()));
-    tickets[i] = reader.submit(layer, expert, buffers.data() + i * slot,
-                               i % 4 == 0 ? experts::Priority::Urgent : experts::Priority::ReadAhead);
+    tickets[i] =
+        reader.submit(layer, expert, buffers.data() + i * slot,
+                      i % 4 == 0 ? experts::Priority::Urgent : experts::Priority::ReadAhead);
   };
   const auto t0 = std::chrono::steady_clock::now();
   const auto end = t0 + std::chrono::duration<double>(o.bench_seconds);
@@ -122,13 +130,14 @@ void run_bench_reads(const PackOptions& o) {
   for (const auto& t : tickets) reader.wait(t);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto s = reader.stats();
-  std::printf("{\"pack\": \"%s\", \"io\": \"%s\", \"direct\": %s, \"threads\": %d, \"depth\": %d, "
-              "\"record_bytes\": %llu, \"requests\": %llu, \"seconds\": %.3f, \"gb_per_s\": %.3f, "
-              "\"records_per_s\": %.1f, \"retries\": %llu}\n",
-              pack->path().c_str(), reader.backend_name().c_str(), reader.direct() ? "true" : "false",
-              o.threads, o.depth, (unsigned long long)pack->max_record_bytes(),
-              (unsigned long long)s.requests, wall, gbps(s.bytes, wall), double(s.requests) / wall,
-              (unsigned long long)s.retries);
+  std::printf(
+      "{\"pack\": \"%s\", \"io\": \"%s\", \"direct\": %s, \"threads\": %d, \"depth\": %d, "
+      "\"record_bytes\": %llu, \"requests\": %llu, \"seconds\": %.3f, \"gb_per_s\": %.3f, "
+      "\"records_per_s\": %.1f, \"retries\": %llu}\n",
+      pack->path().c_str(), reader.backend_name().c_str(), reader.direct() ? "true" : "false",
+      o.threads, o.depth, (unsigned long long)pack->max_record_bytes(),
+      (unsigned long long)s.requests, wall, gbps(s.bytes, wall), double(s.requests) / wall,
+      (unsigned long long)s.retries);
 }
 
 }  // namespace
@@ -136,13 +145,15 @@ void run_bench_reads(const PackOptions& o) {
 void add_pack_command(CLI::App& app) {
   auto o = std::make_shared<PackOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "pack", "Write a model's .experts pack (one 4 KiB-aligned record per expert), or --verify one");
+      "pack",
+      "Write a model's .experts pack (one 4 KiB-aligned record per expert), or --verify one");
   cmd->add_option("input", o->input, "MODEL.gguf (or, with --verify, MODEL.gguf.experts)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("-o,--output", o->output,
-                  "The pack to write (default MODEL.gguf.experts); with --verify, the pack to check "
-                  "against MODEL.gguf");
+  cmd->add_option(
+      "-o,--output", o->output,
+      "The pack to write (default MODEL.gguf.experts); with --verify, the pack to check "
+      "against MODEL.gguf");
   cmd->add_flag("--verify", o->verify,
                 "Re-read every record and check its checksum; given the GGUF, also that every "
                 "record equals the GGUF's expert slices");
@@ -150,10 +161,17 @@ void add_pack_command(CLI::App& app) {
   auto* bench = cmd->add_option("--bench-reads", o->bench_seconds,
                                 "Read random records through the expert reader for this many "
                                 "seconds and print the rate as JSON (measures the disk)");
-  cmd->add_option("--threads", o->threads, "--bench-reads: reader threads")->capture_default_str()->needs(bench);
-  cmd->add_option("--depth", o->depth, "--bench-reads: requests in flight")->capture_default_str()->needs(bench);
-  cmd->add_option("--io", o->io, "--bench-reads: auto, io_uring or pread")->capture_default_str()->needs(bench);
-  cmd->add_flag("--buffered", o->buffered, "--bench-reads: through the page cache, not O_DIRECT")->needs(bench);
+  cmd->add_option("--threads", o->threads, "--bench-reads: reader threads")
+      ->capture_default_str()
+      ->needs(bench);
+  cmd->add_option("--depth", o->depth, "--bench-reads: requests in flight")
+      ->capture_default_str()
+      ->needs(bench);
+  cmd->add_option("--io", o->io, "--bench-reads: auto, io_uring or pread")
+      ->capture_default_str()
+      ->needs(bench);
+  cmd->add_flag("--buffered", o->buffered, "--bench-reads: through the page cache, not O_DIRECT")
+      ->needs(bench);
   cmd->callback([o] {
     if (o->bench_seconds > 0) {
       run_bench_reads(*o);

@@ -59,8 +59,10 @@ std::atomic<bool> g_direct_notice_shown{false};
 
 void direct_notice(const std::string& path) {
   if (!g_direct_notice_shown.exchange(true))
-    std::fprintf(stderr, "strata: %s: the filesystem refuses O_DIRECT; expert reads go through the page cache\n",
-                 path.c_str());
+    std::fprintf(
+        stderr,
+        "strata: %s: the filesystem refuses O_DIRECT; expert reads go through the page cache\n",
+        path.c_str());
 }
 
 }  // namespace
@@ -93,10 +95,12 @@ struct ExpertReader::Impl {
   }
 
   void open_files() {
-    if (pack.fd() < 0 || pack.path().empty()) fail("ExpertReader: the pack has no file to read (opened from memory)");
+    if (pack.fd() < 0 || pack.path().empty())
+      fail("ExpertReader: the pack has no file to read (opened from memory)");
     if (opt.direct) {
       fd_direct = ::open(pack.path().c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-      if (fd_direct < 0 && errno != EINVAL) fail(pack.path(), ": cannot open: ", std::strerror(errno));
+      if (fd_direct < 0 && errno != EINVAL)
+        fail(pack.path(), ": cannot open: ", std::strerror(errno));
       if (fd_direct < 0) direct_notice(pack.path());
     }
     if (fd_direct >= 0) {
@@ -133,16 +137,20 @@ struct ExpertReader::Impl {
       batch = opt.batch;
       return;
     }
-    if (opt.backend == IoBackend::Uring) fail("ExpertReader: io_uring is not available on this kernel");
+    if (opt.backend == IoBackend::Uring)
+      fail("ExpertReader: io_uring is not available on this kernel");
     factory = make_pread_io;
     io_name = "pread";
   }
 
-  bool has_work(bool urgent_only) const { return !urgent.empty() || (!urgent_only && !readahead.empty()); }
+  bool has_work(bool urgent_only) const {
+    return !urgent.empty() || (!urgent_only && !readahead.empty());
+  }
 
   static bool live(const PieceRef& p) {
     const Request& r = *p.request;
-    return r.state.load() == detail::kQueued && p.generation == r.generation && !r.claimed[size_t(p.piece)];
+    return r.state.load() == detail::kQueued && p.generation == r.generation &&
+           !r.claimed[size_t(p.piece)];
   }
 
   void take(std::deque<PieceRef>& q, std::vector<PieceRef>& mine) {
@@ -179,12 +187,13 @@ struct ExpertReader::Impl {
   }
   void end_reads(size_t n) {
     in_flight -= int(n);
-    if (in_flight == 0) stats.busy_seconds += std::chrono::duration<double>(Clock::now() - busy_since).count();
+    if (in_flight == 0)
+      stats.busy_seconds += std::chrono::duration<double>(Clock::now() - busy_since).count();
   }
 
   // Reads the pieces, retrying failed ones; returns per piece "" or why it failed for good.
-  std::vector<std::string> read_pieces(FileIo& io, const std::vector<PieceRef>& mine, uint64_t& issued,
-                                       uint64_t& retried) {
+  std::vector<std::string> read_pieces(FileIo& io, const std::vector<PieceRef>& mine,
+                                       uint64_t& issued, uint64_t& retried) {
     std::vector<std::string> errors(mine.size());
     std::vector<size_t> todo(mine.size());
     for (size_t i = 0; i < mine.size(); ++i) todo[i] = i;
@@ -224,10 +233,11 @@ struct ExpertReader::Impl {
           again.push_back(i);
           continue;
         }
-        const std::string why = op.result < 0 ? std::string(std::strerror(int(-op.result)))
-                                              : cat("short read (", op.result, " of ", op.length, " bytes)");
-        errors[i] = cat(what(*mine[i].request), ": read of ", op.length, " bytes at offset ", op.offset,
-                        " failed after ", attempts[i], " attempts: ", why);
+        const std::string why = op.result < 0
+                                    ? std::string(std::strerror(int(-op.result)))
+                                    : cat("short read (", op.result, " of ", op.length, " bytes)");
+        errors[i] = cat(what(*mine[i].request), ": read of ", op.length, " bytes at offset ",
+                        op.offset, " failed after ", attempts[i], " attempts: ", why);
       }
       todo = std::move(again);
     }
@@ -288,8 +298,8 @@ struct ExpertReader::Impl {
           queue(landed[i]);
         } else {
           r.error = cat(what(r), ": record at offset ", r.record.offset, " (", r.record.length,
-                        " bytes) fails its checksum after ", r.generation + 1, " reads (index ", std::hex,
-                        r.record.checksum, ", read ", sums[i], std::dec,
+                        " bytes) fails its checksum after ", r.generation + 1, " reads (index ",
+                        std::hex, r.record.checksum, ", read ", sums[i], std::dec,
                         "); the pack is damaged: check it with `strata pack --verify`");
           finish(r, detail::kFailed);
         }
@@ -305,7 +315,8 @@ struct ExpertReader::Impl {
         if (!live(p)) continue;
         Request& r = *p.request;
         r.claimed[size_t(p.piece)] = 1;
-        if (r.error.empty()) r.error = cat(what(r), ": the expert reader shut down before the read");
+        if (r.error.empty())
+          r.error = cat(what(r), ": the expert reader shut down before the read");
         if (--r.outstanding == 0) finish(r, detail::kFailed);
       }
       q->clear();
@@ -322,15 +333,19 @@ ExpertReader::ExpertReader(const Pack& pack, ReaderOptions options)
   const ReaderOptions& o = m.opt;
   if (o.threads < 1) fail("ExpertReader: threads must be at least 1, not ", o.threads);
   if (o.urgent_threads < 0 || o.urgent_threads >= o.threads)
-    fail("ExpertReader: urgent threads (", o.urgent_threads, ") must be in [0, threads (", o.threads,
-         ")) so read-ahead is served too");
-  if (o.piece_bytes == 0 || o.piece_bytes % kPackAlignment != 0 || o.piece_bytes > (uint64_t(1) << 30))
-    fail("ExpertReader: piece size ", o.piece_bytes, " is not a multiple of ", kPackAlignment, " up to 1 GiB");
+    fail("ExpertReader: urgent threads (", o.urgent_threads, ") must be in [0, threads (",
+         o.threads, ")) so read-ahead is served too");
+  if (o.piece_bytes == 0 || o.piece_bytes % kPackAlignment != 0 ||
+      o.piece_bytes > (uint64_t(1) << 30))
+    fail("ExpertReader: piece size ", o.piece_bytes, " is not a multiple of ", kPackAlignment,
+         " up to 1 GiB");
   if (o.batch < 1 || o.batch > 256) fail("ExpertReader: batch ", o.batch, " out of range (1..256)");
-  if (o.max_retries < 0 || o.max_retries > 100) fail("ExpertReader: max_retries ", o.max_retries, " out of range (0..100)");
+  if (o.max_retries < 0 || o.max_retries > 100)
+    fail("ExpertReader: max_retries ", o.max_retries, " out of range (0..100)");
   m.open_files();
   m.choose_io();
-  for (int i = 0; i < o.threads; ++i) m.threads.emplace_back([&m, urgent_only = i < o.urgent_threads] { m.worker(urgent_only); });
+  for (int i = 0; i < o.threads; ++i)
+    m.threads.emplace_back([&m, urgent_only = i < o.urgent_threads] { m.worker(urgent_only); });
 }
 
 ExpertReader::~ExpertReader() {
@@ -399,7 +414,8 @@ void ExpertReader::promote(const Ticket& ticket) {
 ReaderStats ExpertReader::stats() const {
   std::lock_guard lock(impl_->mu);
   ReaderStats s = impl_->stats;
-  if (impl_->in_flight > 0) s.busy_seconds += std::chrono::duration<double>(Clock::now() - impl_->busy_since).count();
+  if (impl_->in_flight > 0)
+    s.busy_seconds += std::chrono::duration<double>(Clock::now() - impl_->busy_since).count();
   return s;
 }
 

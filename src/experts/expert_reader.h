@@ -64,7 +64,7 @@ enum class IoBackend { Auto, Uring, Pread };
 
 struct ReaderOptions {
   int threads = 8;
-  int urgent_threads = 2;  // of `threads`, serving only urgent requests; < threads
+  int urgent_threads = 2;               // of `threads`, serving only urgent requests; < threads
   IoBackend backend = IoBackend::Auto;  // Auto: io_uring if the kernel allows, else pread
   bool direct = true;                   // O_DIRECT (falls back to buffered where refused)
   uint64_t piece_bytes = 512 << 10;     // records larger than this are split (multiple of 4 KiB)
@@ -75,13 +75,13 @@ struct ReaderOptions {
 
 // Counters since construction; GB/s = bytes / busy_seconds.
 struct ReaderStats {
-  uint64_t bytes = 0;        // record bytes delivered (checksum verified)
-  uint64_t requests = 0;     // completed successfully
-  uint64_t failed = 0;       // requests that failed
-  uint64_t cancelled = 0;    // read-ahead requests dropped before any read
-  uint64_t pieces = 0;       // reads issued (including retries)
-  uint64_t retries = 0;      // reads or records re-done after EIO / short read / bad checksum
-  double busy_seconds = 0;   // wall time with at least one read in flight
+  uint64_t bytes = 0;       // record bytes delivered (checksum verified)
+  uint64_t requests = 0;    // completed successfully
+  uint64_t failed = 0;      // requests that failed
+  uint64_t cancelled = 0;   // read-ahead requests dropped before any read
+  uint64_t pieces = 0;      // reads issued (including retries)
+  uint64_t retries = 0;     // reads or records re-done after EIO / short read / bad checksum
+  double busy_seconds = 0;  // wall time with at least one read in flight
 };
 
 namespace detail {

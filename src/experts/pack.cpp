@@ -4,6 +4,8 @@
 // least 4 KiB), so memory use is bounded by a small fraction of the file whatever the header
 // claims. Checksums come first for the header and the tables, so a damaged pack is reported as
 // damaged rather than by whichever field the damage happened to hit.
+#include "experts/pack.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,7 +18,6 @@
 #include <cstring>
 #include <limits>
 
-#include "experts/pack.h"
 #include "experts/pack_format.h"
 #include "util/error.h"
 
@@ -39,7 +40,8 @@ void read_exact(int fd, const std::string& path, void* dst, size_t n, uint64_t o
   while (n > 0) {
     const ssize_t got = ::pread(fd, p, n, off_t(offset));
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) fail(path, ": read of ", n, " bytes at offset ", offset, " failed: ", std::strerror(errno));
+    if (got < 0)
+      fail(path, ": read of ", n, " bytes at offset ", offset, " failed: ", std::strerror(errno));
     if (got == 0) fail(path, ": unexpected end of file at offset ", offset);
     p += got;
     n -= size_t(got);
@@ -85,9 +87,10 @@ Layout parse_layout(const uint8_t* e, const std::string& file, int layer) {
   const std::string where = cat(file, ": layer ", layer);
   Layout l;
   l.record_bytes = load<uint64_t>(e);
-  if (l.record_bytes == 0 || l.record_bytes % kPackAlignment != 0 || l.record_bytes > kMaxRecordBytes)
-    fail(where, ": record size ", l.record_bytes, " is not a non-zero multiple of ",
-         kPackAlignment, " up to 4 GiB");
+  if (l.record_bytes == 0 || l.record_bytes % kPackAlignment != 0 ||
+      l.record_bytes > kMaxRecordBytes)
+    fail(where, ": record size ", l.record_bytes, " is not a non-zero multiple of ", kPackAlignment,
+         " up to 4 GiB");
   Part* parts[3] = {&l.gate, &l.up, &l.down};
   for (int i = 0; i < 3; ++i)
     *parts[i] = parse_part(e + 8 + uint64_t(i) * kPartEntryBytes, cat(where, " ", part_name(i)),
@@ -96,8 +99,8 @@ Layout parse_layout(const uint8_t* e, const std::string& file, int layer) {
     fail(where, ": up is [", l.up.rows, " x ", l.up.cols, "], gate [", l.gate.rows, " x ",
          l.gate.cols, "]; they must match");
   if (l.down.rows != l.gate.cols || l.down.cols != l.gate.rows)
-    fail(where, ": down is [", l.down.rows, " x ", l.down.cols, "], expected [", l.gate.cols,
-         " x ", l.gate.rows, "] (the transpose of gate)");
+    fail(where, ": down is [", l.down.rows, " x ", l.down.cols, "], expected [", l.gate.cols, " x ",
+         l.gate.rows, "] (the transpose of gate)");
   int order[3] = {0, 1, 2};
   std::sort(order, order + 3, [&](int a, int b) { return l.part(a).offset < l.part(b).offset; });
   for (int k = 1; k < 3; ++k) {
@@ -164,7 +167,8 @@ Pack::~Pack() {
 }
 
 const Layout& Pack::layout(int layer) const {
-  if (layer < 0 || layer >= n_layers()) fail(path_, ": layer ", layer, " out of range (", n_layers(), " layers)");
+  if (layer < 0 || layer >= n_layers())
+    fail(path_, ": layer ", layer, " out of range (", n_layers(), " layers)");
   return layouts_[size_t(layer)];
 }
 
@@ -197,13 +201,15 @@ std::unique_ptr<Pack> Pack::open(const std::string& path) {
   if (!S_ISREG(st.st_mode)) fail(path, ": not a regular file");
   pack->file_size_ = uint64_t(st.st_size);
   if (pack->file_size_ < kHeaderBytes)
-    fail(path, ": ", pack->file_size_, " bytes is too small for a pack header (", kHeaderBytes, ")");
+    fail(path, ": ", pack->file_size_, " bytes is too small for a pack header (", kHeaderBytes,
+         ")");
   std::vector<uint8_t> front(kHeaderBytes);
   read_exact(fd, path, front.data(), front.size(), 0);
   // The header alone tells how long the tables are; parse() re-checks it with them.
   const uint64_t tables_end = pack->parse_header_end(front.data());
   front.resize(size_t(tables_end));
-  read_exact(fd, path, front.data() + kHeaderBytes, size_t(tables_end - kHeaderBytes), kHeaderBytes);
+  read_exact(fd, path, front.data() + kHeaderBytes, size_t(tables_end - kHeaderBytes),
+             kHeaderBytes);
   pack->parse(front.data(), front.size());
   return pack;
 }
@@ -223,7 +229,8 @@ uint64_t Pack::parse_header_end(const uint8_t* h) const {
   if (std::memcmp(h + kAtMagic, kMagic, sizeof kMagic) != 0)
     fail(f, ": not a strata expert pack (bad magic; make one with `strata pack MODEL.gguf`)");
   const uint32_t version = load<uint32_t>(h + kAtVersion);
-  if (version != kVersion) fail(f, ": pack version ", version, ", this strata reads version ", kVersion);
+  if (version != kVersion)
+    fail(f, ": pack version ", version, ", this strata reads version ", kVersion);
   if (load<uint64_t>(h + kHeaderChecksumAt) != checksum(h, kHeaderChecksumAt))
     fail(f, ": header checksum mismatch (the pack is damaged; remake it with `strata pack`)");
   if (load<uint32_t>(h + kAtHeaderBytes) != kHeaderBytes)
@@ -259,10 +266,13 @@ void Pack::parse(const uint8_t* front, size_t front_size) {
   n_experts_ = int(load<uint32_t>(front + kAtExperts));
   source_id_ = load<uint64_t>(front + kAtSourceId);
   const Geometry g = geometry(n_layers, uint64_t(n_experts_));
-  if (front_size < g.index_end) fail(f, ": tables end at ", g.index_end, ", past the end of the file");
+  if (front_size < g.index_end)
+    fail(f, ": tables end at ", g.index_end, ", past the end of the file");
   if (load<uint64_t>(front + kAtTablesChecksum) !=
       checksum(front + g.layers_offset, size_t(g.index_end - g.layers_offset)))
-    fail(f, ": layer table / index checksum mismatch (the pack is damaged; remake it with `strata pack`)");
+    fail(f,
+         ": layer table / index checksum mismatch (the pack is damaged; remake it with `strata "
+         "pack`)");
 
   layouts_.reserve(n_layers);
   for (uint32_t l = 0; l < n_layers; ++l) {
@@ -282,14 +292,16 @@ void Pack::parse(const uint8_t* front, size_t front_size) {
     const size_t layer = i / size_t(n_experts_), expert = i % size_t(n_experts_);
     const auto where = [&] { return cat(f, ": record (layer ", layer, ", expert ", expert, ")"); };
     if (r.length != layouts_[layer].record_bytes)
-      fail(where(), ": length ", r.length, ", but the layer's records are ", layouts_[layer].record_bytes, " bytes");
+      fail(where(), ": length ", r.length, ", but the layer's records are ",
+           layouts_[layer].record_bytes, " bytes");
     if (r.offset % kPackAlignment != 0)
       fail(where(), ": offset ", r.offset, " is not a multiple of ", kPackAlignment);
     if (r.offset < g.data_offset)
-      fail(where(), ": offset ", r.offset, " lies inside the tables (data starts at ", g.data_offset, ")");
+      fail(where(), ": offset ", r.offset, " lies inside the tables (data starts at ",
+           g.data_offset, ")");
     if (r.offset > file_size_ || r.length > file_size_ - r.offset)
-      fail(where(), ": bytes [", r.offset, ", ", r.offset + r.length, ") run past the end of the file (",
-           file_size_, " bytes; truncated?)");
+      fail(where(), ": bytes [", r.offset, ", ", r.offset + r.length,
+           ") run past the end of the file (", file_size_, " bytes; truncated?)");
     by_offset[i] = uint32_t(i);
   }
   std::sort(by_offset.begin(), by_offset.end(),
@@ -299,14 +311,16 @@ void Pack::parse(const uint8_t* front, size_t front_size) {
     const Record& b = records_[by_offset[k]];
     if (a.offset + a.length > b.offset)
       fail(f, ": records (layer ", by_offset[k - 1] / uint32_t(n_experts_), ", expert ",
-           by_offset[k - 1] % uint32_t(n_experts_), ") and (layer ", by_offset[k] / uint32_t(n_experts_),
-           ", expert ", by_offset[k] % uint32_t(n_experts_), ") overlap at offset ", b.offset);
+           by_offset[k - 1] % uint32_t(n_experts_), ") and (layer ",
+           by_offset[k] / uint32_t(n_experts_), ", expert ", by_offset[k] % uint32_t(n_experts_),
+           ") overlap at offset ", b.offset);
   }
 }
 
 AlignedBuffer::AlignedBuffer(size_t bytes) : size_(bytes) {
   if (bytes == 0) return;
-  data_ = static_cast<uint8_t*>(std::aligned_alloc(kPackAlignment, align_up(bytes, kPackAlignment)));
+  data_ =
+      static_cast<uint8_t*>(std::aligned_alloc(kPackAlignment, align_up(bytes, kPackAlignment)));
   if (!data_) throw std::bad_alloc();
   std::memset(data_, 0, bytes);
 }

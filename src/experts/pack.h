@@ -57,10 +57,12 @@ struct Part {
 
 // The record layout of one layer (all experts of a layer share it).
 struct Layout {
-  Part gate, up, down;  // gate, up: [n_ff_exp rows, n_embd cols]; down: [n_embd rows, n_ff_exp cols]
+  // gate, up: [n_ff_exp rows, n_embd cols]; down: [n_embd rows, n_ff_exp cols].
+  Part gate, up, down;
   uint64_t record_bytes = 0;  // padded to kPackAlignment
 
-  const Part& part(int i) const { return i == 0 ? gate : i == 1 ? up : down; }  // 0 gate, 1 up, 2 down
+  // 0 gate, 1 up, 2 down.
+  const Part& part(int i) const { return i == 0 ? gate : i == 1 ? up : down; }
 
   // The expert's weights as views into a record's bytes (e.g. an arena slot).
   backend::ExpertWeights weights(const uint8_t* record) const {
@@ -99,7 +101,7 @@ class Pack {
 
   int n_layers() const { return int(layouts_.size()); }
   int n_experts() const { return n_experts_; }
-  const Layout& layout(int layer) const;                // throws on a layer out of range
+  const Layout& layout(int layer) const;              // throws on a layer out of range
   const Record& record(int layer, int expert) const;  // throws on ids out of range
   // XXH3-64 of `record(layer, expert).length` bytes equals the stored checksum.
   bool checksum_ok(int layer, int expert, const void* bytes) const;
@@ -175,7 +177,7 @@ class PackWriter {
   // Writes the index and header, fsyncs and renames PATH.tmp to PATH. Every record must be there.
   void finish();
 
-  uint64_t source_id() const;  // valid once every layer's expert 0 was appended
+  uint64_t source_id() const;    // valid once every layer's expert 0 was appended
   uint64_t total_bytes() const;  // the size the finished file has
   const std::string& path() const { return path_; }
 

@@ -19,14 +19,16 @@ constexpr const char* kStackNames[3] = {"ffn_gate_exps.weight", "ffn_up_exps.wei
 bool is_expert_stack(const std::string& name) {
   if (name.rfind("blk.", 0) != 0) return false;
   for (const char* s : kStackNames)
-    if (name.size() > std::string_view(s).size() && name.ends_with(std::string(".") + s)) return true;
+    if (name.size() > std::string_view(s).size() && name.ends_with(std::string(".") + s))
+      return true;
   return false;
 }
 
 // How to get a fresh pack for this model.
 std::string remake_hint(const gguf::Reader& model) {
   if (has_expert_stacks(model)) return cat("make it with `strata pack ", model.path(), "`");
-  return cat(model.path(), " holds no expert tensors (it was written with its experts in a pack, "
+  return cat(model.path(),
+             " holds no expert tensors (it was written with its experts in a pack, "
              "`strata synth --pack`); write model and pack again");
 }
 
@@ -37,7 +39,9 @@ const char* part_name(int part) {
   return kNames[part];
 }
 
-std::string expert_stack_name(int layer, int part) { return cat("blk.", layer, ".", kStackNames[part]); }
+std::string expert_stack_name(int layer, int part) {
+  return cat("blk.", layer, ".", kStackNames[part]);
+}
 
 bool has_expert_stacks(const gguf::Reader& model) {
   for (const auto& t : model.tensors())
@@ -52,14 +56,19 @@ ExpertShape expert_shape(const gguf::Reader& model) {
     for (int i = 0; i < 3; ++i) {
       const std::string name = expert_stack_name(layer, i);
       const gguf::TensorInfo* t = model.find_tensor(name);
-      if (!t) fail(model.path(), ": layer ", layer, " has ", expert_stack_name(layer, 0), " but no ", name);
+      if (!t)
+        fail(model.path(), ": layer ", layer, " has ", expert_stack_name(layer, 0), " but no ",
+             name);
       if (t->shape.size() != 3)
-        fail(model.path(), ": ", name, " has shape ", t->shape_string(), "; an expert stack is 3-D [cols, rows, experts]");
+        fail(model.path(), ": ", name, " has shape ", t->shape_string(),
+             "; an expert stack is 3-D [cols, rows, experts]");
       if (t->shape[2] > int64_t(format::kMaxExperts))
-        fail(model.path(), ": ", name, " has ", t->shape[2], " experts, more than a pack holds (", format::kMaxExperts, ")");
+        fail(model.path(), ": ", name, " has ", t->shape[2], " experts, more than a pack holds (",
+             format::kMaxExperts, ")");
       if (shape.n_experts == 0) shape.n_experts = int(t->shape[2]);
       if (t->shape[2] != shape.n_experts)
-        fail(model.path(), ": ", name, " has ", t->shape[2], " experts, ", expert_stack_name(0, 0), " has ", shape.n_experts);
+        fail(model.path(), ": ", name, " has ", t->shape[2], " experts, ", expert_stack_name(0, 0),
+             " has ", shape.n_experts);
       parts[i] = Part{t->type, t->shape[1], t->shape[0], 0, 0};
     }
     shape.layers.push_back(make_layout(parts[0], parts[1], parts[2]));
@@ -71,7 +80,8 @@ ExpertShape expert_shape(const gguf::Reader& model) {
       fail(model.path(), ": expert stack ", t.name, " belongs to no complete layer 0..",
            int(shape.layers.size()) - 1, " (a pack needs every layer's gate, up and down stacks)");
   }
-  if (shape.layers.empty()) fail(model.path(), ": no expert stacks (blk.N.ffn_{gate,up,down}_exps.weight)");
+  if (shape.layers.empty())
+    fail(model.path(), ": no expert stacks (blk.N.ffn_{gate,up,down}_exps.weight)");
   return shape;
 }
 
@@ -89,10 +99,12 @@ uint64_t model_source_id(const gguf::Reader& model) {
 std::string pack_path_for(const gguf::Reader& model, const std::string& explicit_path) {
   if (!explicit_path.empty()) return explicit_path;
   if (const gguf::Value* v = model.find(kPackKey)) {
-    if (v->type() != gguf::ValueType::STRING) fail(model.path(), ": metadata ", kPackKey, " is not a string");
+    if (v->type() != gguf::ValueType::STRING)
+      fail(model.path(), ": metadata ", kPackKey, " is not a string");
     const std::filesystem::path name = v->as_string();
     if (name.empty() || name.has_parent_path() || name.is_absolute())
-      fail(model.path(), ": metadata ", kPackKey, " = '", name.string(), "' is not a plain file name");
+      fail(model.path(), ": metadata ", kPackKey, " = '", name.string(),
+           "' is not a plain file name");
     return (std::filesystem::path(model.path()).parent_path() / name).string();
   }
   return model.path() + ".experts";
@@ -107,8 +119,8 @@ void Pack::check_model(const gguf::Reader& model, const model::ModelConfig& c) c
   for (int layer = 0; layer < n_layers(); ++layer) {
     const Layout& l = layouts_[size_t(layer)];
     if (l.gate.rows != c.n_ff_exp || l.gate.cols != c.n_embd)
-      fail(stale, "layer ", layer, " gate is [", l.gate.rows, " x ", l.gate.cols, "], the model's experts are [",
-           c.n_ff_exp, " x ", c.n_embd, "]", hint);
+      fail(stale, "layer ", layer, " gate is [", l.gate.rows, " x ", l.gate.cols,
+           "], the model's experts are [", c.n_ff_exp, " x ", c.n_embd, "]", hint);
   }
   if (has_expert_stacks(model)) {
     const ExpertShape shape = expert_shape(model);
@@ -128,7 +140,8 @@ void Pack::check_model(const gguf::Reader& model, const model::ModelConfig& c) c
   }
   const gguf::Value* v = model.find(kSourceIdKey);
   if (!v || !v->is_integer())
-    fail(model.path(), ": no expert stacks and no ", kSourceIdKey, " to check ", path_, " against", hint);
+    fail(model.path(), ": no expert stacks and no ", kSourceIdKey, " to check ", path_, " against",
+         hint);
   if (v->as_u64() != source_id_)
     fail(stale, "it was made from other expert weights (source id ", std::hex, source_id_, ", ",
          kSourceIdKey, " is ", v->as_u64(), ")", std::dec, hint);

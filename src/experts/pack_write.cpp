@@ -71,8 +71,8 @@ struct PackWriter::State {
   int n_experts = 0;
   Geometry geometry;
   std::vector<Record> records;
-  size_t next = 0;          // index of the next record (layer-major)
-  uint64_t position = 0;    // file offset of the next record
+  size_t next = 0;        // index of the next record (layer-major)
+  uint64_t position = 0;  // file offset of the next record
   std::vector<uint8_t> batch;
   uint64_t batch_offset = 0;
   SourceIdHasher id;
@@ -120,13 +120,16 @@ uint64_t PackWriter::source_id() const { return state_->id.digest(); }
 void PackWriter::append(const uint8_t* record) {
   State& s = *state_;
   if (s.finished) fail(path_, ": append() after finish()");
-  if (s.next == s.records.size()) fail(path_, ": append() past the last record (", s.records.size(), ")");
+  if (s.next == s.records.size())
+    fail(path_, ": append() past the last record (", s.records.size(), ")");
   const int layer = int(s.next / size_t(s.n_experts)), expert = int(s.next % size_t(s.n_experts));
   const Layout& l = s.layouts[size_t(layer)];
   if (const int64_t at = stray_padding(l, record); at >= 0)
-    fail(path_, ": record (layer ", layer, ", expert ", expert, ") has a non-zero padding byte at ", at);
+    fail(path_, ": record (layer ", layer, ", expert ", expert, ") has a non-zero padding byte at ",
+         at);
   if (expert == 0) {
-    const uint8_t* parts[3] = {record + l.gate.offset, record + l.up.offset, record + l.down.offset};
+    const uint8_t* parts[3] = {record + l.gate.offset, record + l.up.offset,
+                               record + l.down.offset};
     s.id.add_layer(l, s.n_experts, parts);
   }
   s.records[s.next] = {s.position, l.record_bytes, checksum(record, size_t(l.record_bytes))};
@@ -186,7 +189,8 @@ void PackWriter::finish() {
   store<uint64_t>(h + kAtTablesChecksum,
                   checksum(h + g.layers_offset, size_t(g.index_end - g.layers_offset)));
   store<uint64_t>(h + kHeaderChecksumAt, checksum(h, kHeaderChecksumAt));
-  write_all(s.fd, s.tmp_path, front.data() + kHeaderBytes, front.size() - kHeaderBytes, kHeaderBytes);
+  write_all(s.fd, s.tmp_path, front.data() + kHeaderBytes, front.size() - kHeaderBytes,
+            kHeaderBytes);
   if (::fdatasync(s.fd) != 0) fail(s.tmp_path, ": fsync failed: ", errno_text());
   write_all(s.fd, s.tmp_path, h, kHeaderBytes, 0);
   if (::fsync(s.fd) != 0) fail(s.tmp_path, ": fsync failed: ", errno_text());
@@ -215,13 +219,13 @@ PackReport write_pack(const gguf::Reader& model, const std::string& out,
   for (int layer = 0; layer < int(shape.layers.size()); ++layer) {
     const Layout& l = shape.layers[size_t(layer)];
     const gguf::TensorInfo* stacks[3];
-    for (int i = 0; i < 3; ++i)
-      stacks[i] = &model.tensor(expert_stack_name(layer, i));
+    for (int i = 0; i < 3; ++i) stacks[i] = &model.tensor(expert_stack_name(layer, i));
     for (int e = 0; e < shape.n_experts; ++e) {
       std::memset(record.data(), 0, size_t(l.record_bytes));
       for (int i = 0; i < 3; ++i) {
         const Part& p = l.part(i);
-        std::memcpy(record.data() + p.offset, stacks[i]->data + uint64_t(e) * p.bytes(), size_t(p.bytes()));
+        std::memcpy(record.data() + p.offset, stacks[i]->data + uint64_t(e) * p.bytes(),
+                    size_t(p.bytes()));
       }
       writer.append(record.data());
       if (progress) progress(l.record_bytes);
@@ -248,9 +252,9 @@ VerifyReport verify_pack(const Pack& pack, const gguf::Reader* model,
         const Part& a = pack.layout(l).part(i);
         const Part& b = shape.layers[size_t(l)].part(i);
         if (a.type != b.type || a.rows != b.rows || a.cols != b.cols)
-          fail(pack.path(), ": layer ", l, " ", part_name(i), " is ", quant::type_name(a.type), " [",
-               a.rows, " x ", a.cols, "], ", model->path(), " has ", quant::type_name(b.type), " [",
-               b.rows, " x ", b.cols, "]");
+          fail(pack.path(), ": layer ", l, " ", part_name(i), " is ", quant::type_name(a.type),
+               " [", a.rows, " x ", a.cols, "], ", model->path(), " has ", quant::type_name(b.type),
+               " [", b.rows, " x ", b.cols, "]");
       }
   }
   int fd = ::open(pack.path().c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
@@ -265,8 +269,11 @@ VerifyReport verify_pack(const Pack& pack, const gguf::Reader* model,
   const int n_experts = pack.n_experts();
   std::vector<uint32_t> order(size_t(pack.n_layers()) * size_t(n_experts));
   std::iota(order.begin(), order.end(), 0u);
-  const auto rec = [&](uint32_t i) -> const Record& { return pack.record(int(i / n_experts), int(i % n_experts)); };
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return rec(a).offset < rec(b).offset; });
+  const auto rec = [&](uint32_t i) -> const Record& {
+    return pack.record(int(i / n_experts), int(i % n_experts));
+  };
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return rec(a).offset < rec(b).offset; });
   AlignedBuffer buffer(std::max<size_t>(kBatchBytes, size_t(pack.max_record_bytes())));
   VerifyReport report;
   for (size_t k = 0; k < order.size();) {
@@ -278,15 +285,17 @@ VerifyReport verify_pack(const Pack& pack, const gguf::Reader* model,
       end += rec(order[end_k++]).length;
     size_t done = 0;
     while (done < end - start) {
-      const ssize_t got = ::pread(fd, buffer.data() + done, size_t(end - start - done), off_t(start + done));
+      const ssize_t got =
+          ::pread(fd, buffer.data() + done, size_t(end - start - done), off_t(start + done));
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0)
-        fail(pack.path(), ": reading records at offset ", start + done, " failed: ",
-             got < 0 ? errno_text() : std::string("unexpected end of file"));
+        fail(pack.path(), ": reading records at offset ", start + done,
+             " failed: ", got < 0 ? errno_text() : std::string("unexpected end of file"));
       done += size_t(got);
     }
     for (; k < end_k; ++k) {
-      const int layer = int(order[k] / uint32_t(n_experts)), expert = int(order[k] % uint32_t(n_experts));
+      const int layer = int(order[k] / uint32_t(n_experts)),
+                expert = int(order[k] % uint32_t(n_experts));
       const Record& r = rec(order[k]);
       const uint8_t* bytes = buffer.data() + (r.offset - start);
       const std::string where = cat(pack.path(), ": record (layer ", layer, ", expert ", expert,
@@ -303,7 +312,8 @@ VerifyReport verify_pack(const Pack& pack, const gguf::Reader* model,
           const gguf::TensorInfo& t = model->tensor(expert_stack_name(layer, i));
           const uint8_t* want = t.data + uint64_t(expert) * p.bytes();
           if (std::memcmp(bytes + p.offset, want, size_t(p.bytes())) != 0)
-            fail(where, ": ", part_name(i), " differs from ", model->path(), "'s ", t.name, " expert ", expert);
+            fail(where, ": ", part_name(i), " differs from ", model->path(), "'s ", t.name,
+                 " expert ", expert);
         }
       report.bytes += r.length;
       ++report.records;

@@ -31,7 +31,8 @@ ExpertPlan expert_plan(const SynthPlan& plan) {
     experts::Part parts[3];
     for (int p = 0; p < 3; ++p) {
       const auto it = index.find(experts::expert_stack_name(layer, p));
-      if (it == index.end()) fail("synth --pack: the plan has no ", experts::expert_stack_name(layer, p));
+      if (it == index.end())
+        fail("synth --pack: the plan has no ", experts::expert_stack_name(layer, p));
       stack[size_t(p)] = it->second;
       const auto& s = plan.specs[it->second];
       parts[p].type = plan.types[it->second];
@@ -50,7 +51,8 @@ ExpertPlan expert_plan(const SynthPlan& plan) {
 
 uint64_t pack_record_bytes(const SynthPlan& plan) {
   uint64_t total = 0;
-  for (const auto& l : expert_plan(plan).layouts) total += l.record_bytes * uint64_t(plan.config.n_expert);
+  for (const auto& l : expert_plan(plan).layouts)
+    total += l.record_bytes * uint64_t(plan.config.n_expert);
   return total;
 }
 
