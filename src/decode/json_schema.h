@@ -96,7 +96,7 @@ class JsonGrammar {
 };
 
 // Checks `value` against `schema` (the same keyword subset the compiler accepts; oneOf means
-// exactly one). Returns nullopt when valid, else the first problem with its JSON pointer.
+// exactly one; a null schema allows anything). Returns nullopt when valid, else the first problem with its JSON pointer.
 // Independent of the compiled grammar, so tests can check the automaton against it.
 std::optional<std::string> validate_json_schema(const nlohmann::json& schema, const nlohmann::json& value);
 // The same for a schema inside `document`, against which its "$ref"s resolve.

@@ -124,6 +124,7 @@ class Validator {
 std::optional<std::string> validate_json_schema_in(const nlohmann::json& document,
                                                    const nlohmann::json& schema,
                                                    const nlohmann::json& value) {
+  if (schema.is_null()) return std::nullopt;  // as JsonGrammar::from_schema: any value
   try {
     return Validator(document).check(schema, value, "", 0);
   } catch (const nlohmann::json::exception& e) {
