@@ -25,8 +25,8 @@ enum NumberPhase : uint8_t {
   kNumExp
 };
 
-// Digits per number part: nlohmann::json (and every double) reads these exactly, an exponent of
-// two digits never overflows, and a model cannot run on digits forever.
+// Digits per number part: 15 fit a double (an integer part exactly), an exponent of two digits
+// never overflows (nlohmann::json rejects 1e999), and a model cannot run on digits forever.
 constexpr uint32_t kMaxMantissaDigits = 15;
 constexpr uint32_t kMaxExponentDigits = 2;
 
@@ -40,6 +40,8 @@ int hex_value(uint8_t c) {
   return -1;
 }
 
+// Per UTF-8 state of utf8_step: the range the next (continuation) byte must fall in and the state
+// after it.
 constexpr uint8_t kUtf8Lo[8] = {0, 0x80, 0xA0, 0x80, 0x80, 0x90, 0x80, 0x80};
 constexpr uint8_t kUtf8Hi[8] = {0, 0xBF, 0xBF, 0xBF, 0x9F, 0xBF, 0xBF, 0x8F};
 constexpr uint8_t kUtf8After[8] = {0, 0, 1, 1, 1, 3, 3, 3};
