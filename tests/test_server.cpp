@@ -403,5 +403,127 @@ TEST_F(ServerLoopback, ShutdownEndsTheRunningStreamCleanly) {
   EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
 }
 
+const json kWeatherTool = json::array(
+    {{{"type", "function"},
+      {"function",
+       {{"name", "get_weather"},
+        {"description", "Weather in a city"},
+        {"parameters",
+         {{"type", "object"},
+          {"properties", {{"city", {{"type", "string"}, {"maxLength", 8}}}}},
+          {"required", {"city"}}}}}}}});
+
+TEST_F(ServerLoopback, JsonSchemaResponseIsValidJson) {
+  start();
+  const json schema = {{"type", "object"},
+                       {"properties", {{"ok", {{"type", "boolean"}}}}},
+                       {"required", {"ok"}}};
+  auto req = chat_request(kMessages, 600);
+  req["response_format"] = {{"type", "json_schema"},
+                            {"json_schema", {{"name", "answer"}, {"schema", schema}}}};
+  auto res = post("/v1/chat/completions", req.dump());
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const auto choice = json::parse(res->body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "stop");
+  const auto doc = json::parse(choice["message"]["content"].get<std::string>());
+  EXPECT_TRUE(doc["ok"].is_boolean()) << doc;
+
+  // json_object: biasing the braces makes the shortest object the likeliest.
+  const auto& vocab = model_->tokenizer().vocab();
+  auto obj = chat_request(kMessages, 100);
+  obj["response_format"] = {{"type", "json_object"}};
+  obj["logit_bias"] = json::object();
+  for (const char* brace : {"{", "}"})
+    if (auto id = vocab.find(brace)) obj["logit_bias"][std::to_string(*id)] = 100;
+  res = post("/v1/chat/completions", obj.dump());
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const auto text = json::parse(res->body)["choices"][0]["message"]["content"].get<std::string>();
+  EXPECT_TRUE(json::parse(text).is_object()) << text;
+}
+
+TEST_F(ServerLoopback, ForcedToolCallComesBackAsToolCalls) {
+  start();
+  auto req = chat_request(kMessages, 600);
+  req["tools"] = kWeatherTool;
+  req["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  auto res = post("/v1/chat/completions", req.dump());
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const auto choice = json::parse(res->body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  const auto& calls = choice["message"]["tool_calls"];
+  ASSERT_EQ(calls.size(), 1u) << choice;
+  EXPECT_EQ(calls[0]["type"], "function");
+  EXPECT_EQ(calls[0]["id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  const std::string arguments = calls[0]["function"]["arguments"];
+  const auto args = json::parse(arguments);
+  ASSERT_TRUE(args["city"].is_string()) << arguments;
+
+  // Streamed: the same call in deltas (greedy, so the same tokens).
+  req["stream"] = true;
+  auto streamed = post("/v1/chat/completions", req.dump());
+  ASSERT_TRUE(streamed);
+  std::string name, streamed_arguments, finish;
+  for (const auto& e : testing::sse_events(streamed->body)) {
+    const auto& c = e["choices"][0];
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+    if (!c["delta"].contains("tool_calls")) continue;
+    const auto& d = c["delta"]["tool_calls"][0];
+    EXPECT_EQ(d["index"], 0);
+    if (d.contains("id")) name = d["function"]["name"];
+    streamed_arguments += d["function"]["arguments"].get<std::string>();
+  }
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(streamed_arguments, arguments);
+  EXPECT_EQ(finish, "tool_calls");
+
+  // The call and its result go back into the conversation.
+  json turns = kMessages;
+  turns.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", calls}});
+  turns.push_back({{"role", "tool"}, {"tool_call_id", calls[0]["id"]}, {"content", "sunny"}});
+  auto next = chat_request(turns, 4);
+  next["tools"] = kWeatherTool;
+  EXPECT_EQ(post("/v1/chat/completions", next.dump())->status, 200);
+}
+
+TEST_F(ServerLoopback, ToolsReachTheTemplateUnlessToolChoiceIsNone) {
+  start();
+  const auto prompt_tokens = [&](const json& req) {
+    auto res = post("/v1/chat/completions", req.dump());
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "");
+    return json::parse(res->body)["usage"]["prompt_tokens"].get<int64_t>();
+  };
+  auto plain = chat_request(kMessages, 1);
+  auto with_tools = plain;
+  with_tools["tools"] = kWeatherTool;
+  auto none = with_tools;
+  none["tool_choice"] = "none";
+  const int64_t base = prompt_tokens(plain);
+  EXPECT_GT(prompt_tokens(with_tools), base + 20);
+  EXPECT_EQ(prompt_tokens(none), base);
+}
+
+TEST_F(ServerLoopback, ConstraintsThatCannotBeEnforcedAre400) {
+  start();
+  auto req = chat_request(kMessages, 8);
+  req["response_format"] = {
+      {"type", "json_schema"},
+      {"json_schema",
+       {{"name", "x"},
+        {"schema", {{"type", "object"}, {"properties", {{"a", {{"pattern", "^x$"}}}}}}}}}};
+  expect_error(post("/v1/chat/completions", req.dump()), 400, "invalid_value");
+  req["response_format"] = {{"type", "json_object"}};
+  req["tools"] = kWeatherTool;
+  req["tool_choice"] = "required";
+  expect_error(post("/v1/chat/completions", req.dump()), 400, "invalid_value");
+  req.erase("tools");
+  req.erase("tool_choice");
+  req["chat_template_kwargs"] = {{"enable_thinking", true}};
+  expect_error(post("/v1/chat/completions", req.dump()), 400, "invalid_value");
+}
+
 }  // namespace
 }  // namespace strata::server

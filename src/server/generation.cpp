@@ -4,6 +4,7 @@
 #include <random>
 
 #include "server/api_error.h"
+#include "server/chat_reply.h"
 #include "server/encode.h"
 #include "util/error.h"
 
@@ -96,21 +97,34 @@ Writer json_writer(std::function<Json(const decode::GenerateResult&)> body) {
           }};
 }
 
-// A streaming response: `opening`, one chunk per batch of text, a last chunk carrying the
-// finish reason, the usage chunk when asked for, then [DONE]. A failed generation ends with an
-// error event instead, as OpenAI's streams do.
-Writer sse_writer(std::string opening, std::function<Json(const std::string& text)> chunk,
-                  std::function<Json(const std::string& finish)> last,
+// A streaming response: `opening`, the chunks of each batch of text, the last chunks (the
+// finish reason in the final one), the usage chunk when asked for, then [DONE]. A failed
+// generation ends with an error event instead, as OpenAI's streams do.
+Writer sse_writer(std::string opening, std::function<std::vector<Json>(const std::string&)> chunks,
+                  std::function<std::vector<Json>(const decode::GenerateResult&)> last,
                   std::function<Json(const Usage& usage)> usage_chunk) {
+  const auto events = [](const std::vector<Json>& chunks) {
+    std::string out;
+    for (const auto& c : chunks) out += sse_event(c);
+    return out;
+  };
   return {kSseType, std::move(opening), ": keep-alive\n\n",
-          [chunk = std::move(chunk)](const std::string& text) { return sse_event(chunk(text)); },
-          [last = std::move(last), usage_chunk = std::move(usage_chunk)](const Job& done) {
+          [chunks = std::move(chunks), events](const std::string& text) {
+            return events(chunks(text));
+          },
+          [last = std::move(last), usage_chunk = std::move(usage_chunk),
+           events](const Job& done) {
             if (!done.result()) return sse_event(error_body(internal_error(done.error())));
             const auto& result = *done.result();
-            std::string out = sse_event(last(finish_reason(result.finish, false)));
+            std::string out = events(last(result));
             if (usage_chunk) out += sse_event(usage_chunk(usage_of(result.telemetry)));
             return out + kSseDone;
           }};
+}
+
+uint64_t random_salt() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) | rd();
 }
 
 }  // namespace
@@ -120,6 +134,7 @@ Generation::Generation(decode::LoadedModel& model, Metrics& metrics, GenerationO
       metrics_(metrics),
       options_(std::move(options)),
       limits_{options_.model_id, model.model().config().n_vocab},
+      json_vocab_(model.tokenizer()),
       session_(model.model(), model.tokenizer(), {.n_ctx = model.ctx(), .snapshot_prompt = true}),
       scheduler_(options_.queue) {}
 
@@ -193,33 +208,53 @@ void Generation::chat(const httplib::Request& req, httplib::Response& res) {
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(options_.timeout_s));
-  ChatRequest r = parse_chat_request(req.body, limits_);
+  const ChatRequest r = parse_chat_request(req.body, limits_);
+  const ChatPlan plan = plan_chat(r, json_vocab_);
   std::string text;
   try {
-    text = model_.render_chat(r.messages, r.tools, true, r.template_kwargs);
+    text = model_.render_chat(r.messages, plan.tools, true, plan.template_kwargs);
   } catch (const Error& e) {
     throw ApiError(400, cat("The messages do not fit the model's chat template: ", e.what()),
                    "messages", "invalid_value");
   }
   const auto prompt = model_.encode(text);
-  auto job = start(prompt, params_for(r, prompt.size()), deadline);
+  decode::GenerateParams gen = params_for(r, prompt.size());
+  if (plan.constraint) {
+    gen.logits_filter = [bias = std::move(gen.logits_filter),
+                         constraint = plan.constraint](std::span<float> logits) {
+      if (bias) bias(logits);
+      constraint->apply(logits);
+    };
+    gen.on_token = [constraint = plan.constraint](int32_t id) { constraint->accept(id); };
+  }
+  auto job = start(prompt, std::move(gen), deadline);
   const ResponseHeader head = new_header("chatcmpl-", options_.model_id);
+  auto reader = std::make_shared<ReplyReader>(plan.read_tool_calls, random_salt());
+
   if (!r.stream) {
-    respond(res, job, json_writer([head](const decode::GenerateResult& result) {
-              const Json message = {{"role", "assistant"}, {"content", result.text}};
-              return chat_completion(head, message, finish_reason(result.finish, false),
+    respond(res, job, json_writer([head, reader](const decode::GenerateResult& result) {
+              reader->feed(result.text);
+              reader->finish();
+              return chat_completion(head, reader->message(),
+                                     finish_reason(result.finish, reader->has_tool_calls()),
                                      usage_of(result.telemetry));
             }));
     return;
   }
+  const auto chunks = [head](const std::vector<Json>& deltas) {
+    std::vector<Json> out;
+    for (const auto& d : deltas) out.push_back(chat_chunk(head, d, ""));
+    return out;
+  };
   respond(res, job,
           sse_writer(
               sse_event(chat_chunk(head, {{"role", "assistant"}, {"content", ""}}, "")),
-              [head](const std::string& text) {
-                return chat_chunk(head, {{"content", text}}, "");
-              },
-              [head](const std::string& finish) {
-                return chat_chunk(head, Json::object(), finish);
+              [reader, chunks](const std::string& text) { return chunks(reader->feed(text)); },
+              [head, reader, chunks](const decode::GenerateResult& result) {
+                auto out = chunks(reader->finish());
+                out.push_back(chat_chunk(head, Json::object(),
+                                         finish_reason(result.finish, reader->has_tool_calls())));
+                return out;
               },
               r.include_usage ? std::function([head](const Usage& u) {
                 return chat_usage_chunk(head, u);
@@ -257,8 +292,12 @@ void Generation::completion(const httplib::Request& req, httplib::Response& res)
   respond(res, job,
           sse_writer(
               echo.empty() ? "" : sse_event(text_chunk(head, echo, "")),
-              [head](const std::string& text) { return text_chunk(head, text, ""); },
-              [head](const std::string& finish) { return text_chunk(head, "", finish); },
+              [head](const std::string& text) {
+                return std::vector<Json>{text_chunk(head, text, "")};
+              },
+              [head](const decode::GenerateResult& result) {
+                return std::vector<Json>{text_chunk(head, "", finish_reason(result.finish, false))};
+              },
               r.include_usage ? std::function([head](const Usage& u) {
                 return text_usage_chunk(head, u);
               })

@@ -13,6 +13,7 @@
 #include <httplib.h>
 
 #include "decode/generate.h"
+#include "decode/json_constraint.h"
 #include "decode/loaded_model.h"
 #include "server/metrics.h"
 #include "server/request.h"
@@ -51,6 +52,7 @@ class Generation {
   Metrics& metrics_;
   GenerationOptions options_;
   RequestLimits limits_;
+  decode::JsonVocab json_vocab_;  // what constrained replies need about the vocabulary, once
   decode::Session session_;
   Scheduler scheduler_;
 };

@@ -352,7 +352,7 @@ ChatRequest parse_chat_request(std::string_view body, const RequestLimits& limit
   set_max_tokens(r, f.integer("max_completion_tokens", 1, INT64_MAX));
   r.tools = parse_tools(f);
   r.tool_choice = parse_tool_choice(f, r.tools);
-  f.boolean("parallel_tool_calls");
+  r.parallel_tool_calls = f.boolean("parallel_tool_calls").value_or(true);
   r.response_format = parse_response_format(f);
   if (const Json* kwargs = f.object("chat_template_kwargs")) r.template_kwargs = *kwargs;
   f.string("user");

@@ -62,6 +62,7 @@ struct ChatRequest : GenerationRequest {
   nlohmann::ordered_json messages;
   nlohmann::ordered_json tools;  // null or a non-empty array of function tools, as given
   ToolChoice tool_choice;
+  bool parallel_tool_calls = true;  // a forced tool call may be several blocks
   ResponseFormat response_format;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
 };
