@@ -47,6 +47,13 @@ TEST(RouteCcr, OffIsBitwiseThePlainTopK) {
     }
     const backend::Tensor t{logits.data(), rows, n, n};
     const auto plain = cpu::route_softmax_topk(t, k, renorm);
+    CcrStats stats;
+    const auto window = route_window(logits.data(), rows, n, n, k, renorm, CcrParams{}, {}, &stats);
+    EXPECT_EQ(window.top_k, k);
+    ASSERT_EQ(window.experts, plain.experts);
+    ASSERT_EQ(0, std::memcmp(window.weights.data(), plain.weights.data(), plain.weights.size() * sizeof(float)));
+    EXPECT_EQ(stats.rows, rows);
+    EXPECT_EQ(stats.substitution_rate(), 0.0);
     for (int r = 0; r < rows; ++r) {
       const std::span<const float> row(logits.data() + r * n, n);
       // Off, and on with no resident expert: both exactly the plain routing.

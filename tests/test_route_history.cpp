@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "gguf_test_util.h"
+#include "route_test_util.h"
 #include "route/profile.h"
 #include "route/usage_history.h"
 #include "util/error.h"
@@ -17,16 +18,7 @@ namespace {
 
 using gguf::testing::TempDir;
 using gguf::testing::read_bytes;
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 std::vector<std::string> files_in(const std::filesystem::path& dir) {
   std::vector<std::string> out;

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "gguf_test_util.h"
+#include "route_test_util.h"
 #include "route/binio.h"
 #include "route/trace.h"
 #include "util/error.h"
@@ -15,6 +16,7 @@ namespace {
 
 using gguf::testing::TempDir;
 using gguf::testing::read_bytes;
+using testing::error_of;
 
 TraceHeader small_header(int top_m) {
   TraceHeader h;
@@ -61,16 +63,6 @@ void write_windows(const std::string& path, int top_m, std::initializer_list<int
     row += rows;
   }
   w.close();
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {

@@ -68,7 +68,7 @@ void add_replay_command(CLI::App& app) {
   auto a = std::make_shared<ReplayArgs>();
   a->o.slots.clear();
   CLI::App* cmd = app.add_subcommand("replay", "Simulate expert caching policies over a routing trace");
-  cmd->add_option("trace", a->trace, "Routing trace (strata trace synth, or recorded with --record-trace)")->required();
+  cmd->add_option("trace", a->trace, "Routing trace (from strata trace synth or recorded by the engine)")->required();
   cmd->add_option("--slots", a->o.slots, "Budgets as expert slots per layer (default 32,64,128)")->delimiter(',');
   cmd->add_option("--budget", a->budgets, "Budgets in bytes over all layers, e.g. 4G,8G (needs expert bytes)")
       ->delimiter(',');

@@ -145,16 +145,28 @@ struct FromTraceArgs {
   double half_life = 4096.0;
 };
 
+void add_row_range(CLI::App& cmd, FromTraceArgs& a) {
+  cmd.add_option("trace", a.path, "Routing trace")->required();
+  cmd.add_option("--first-row", a.first_row, "First row used")->capture_default_str();
+  cmd.add_option("--rows", a.rows, "Rows used (-1 = to the end)")->capture_default_str();
+}
+
+// The rows the arguments name; throws unless they lie inside the trace.
+int64_t row_count(const route::TraceReader& t, const FromTraceArgs& a) {
+  const int64_t rows = a.rows < 0 ? t.rows() - a.first_row : a.rows;
+  if (a.first_row < 0 || rows < 0 || a.first_row + rows > t.rows())
+    fail("trace ", a.path, ": rows ", a.first_row, "..", a.first_row + rows, " are outside its ", t.rows(), " rows");
+  return rows;
+}
+
 void add_profile(CLI::App& parent) {
   auto a = std::make_shared<FromTraceArgs>();
   CLI::App* cmd = parent.add_subcommand("profile", "Write an expert profile from a trace's routes");
-  cmd->add_option("trace", a->path, "Routing trace")->required();
-  cmd->add_option("--first-row", a->first_row, "First row used")->capture_default_str();
-  cmd->add_option("--rows", a->rows, "Rows used (-1 = to the end)")->capture_default_str();
+  add_row_range(*cmd, *a);
   cmd->add_option("-o,--output", a->output, "Output profile file")->required();
   cmd->callback([a] {
     const auto t = route::TraceReader::open(a->path);
-    const int64_t rows = a->rows < 0 ? t.rows() - a->first_row : a->rows;
+    const int64_t rows = row_count(t, *a);
     route::ExpertProfile::from_trace(t, a->first_row, rows).save(a->output);
     std::fprintf(stderr, "%s: profile of %lld tokens\n", a->output.c_str(), (long long)rows);
   });
@@ -163,17 +175,13 @@ void add_profile(CLI::App& parent) {
 void add_history(CLI::App& parent) {
   auto a = std::make_shared<FromTraceArgs>();
   CLI::App* cmd = parent.add_subcommand("history", "Write a usage history from a trace's routes");
-  cmd->add_option("trace", a->path, "Routing trace")->required();
-  cmd->add_option("--first-row", a->first_row, "First row used")->capture_default_str();
-  cmd->add_option("--rows", a->rows, "Rows used (-1 = to the end)")->capture_default_str();
+  add_row_range(*cmd, *a);
   cmd->add_option("--half-life", a->half_life, "Decay half-life in tokens")->capture_default_str();
   cmd->add_option("-o,--output", a->output, "Output history file")->required();
   cmd->callback([a] {
     const auto t = route::TraceReader::open(a->path);
     const auto& h = t.header();
-    const int64_t rows = a->rows < 0 ? t.rows() - a->first_row : a->rows;
-    if (a->first_row < 0 || rows < 0 || a->first_row + rows > t.rows())
-      fail("trace history: rows ", a->first_row, "..", a->first_row + rows, " are outside the trace's ", t.rows());
+    const int64_t rows = row_count(t, *a);
     route::UsageHistory history(h.n_layers, h.n_experts, a->half_life, h.model);
     for (int64_t r = a->first_row; r < a->first_row + rows; ++r) {
       for (int l = 0; l < h.n_layers; ++l) history.observe(l, t.experts(r, l));

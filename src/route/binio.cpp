@@ -36,6 +36,38 @@ std::span<const uint8_t> ByteReader::take(size_t n, const char* field) {
 
 uint64_t checksum(std::span<const uint8_t> bytes) { return XXH64(bytes.data(), bytes.size(), 0); }
 
+void put_preamble(ByteWriter& w, std::string_view magic, uint32_t version) {
+  for (char c : magic) w.put(c);
+  w.put(version);
+}
+
+void expect_preamble(ByteReader& in, std::string_view magic, uint32_t version, const char* kind) {
+  for (char c : magic)
+    if (in.get<char>("magic") != c) fail(in.source(), ": not a strata ", kind, " (bad magic)");
+  const auto v = in.get<uint32_t>("version");
+  if (v != version) fail(in.source(), ": ", kind, " version ", v, " (this strata reads version ", version, ")");
+}
+
+std::pair<int, int> get_shape(ByteReader& in) {
+  const auto n_layers = in.get<uint32_t>("n_layers");
+  const auto n_experts = in.get<uint32_t>("n_experts");
+  if (n_layers < 1 || n_layers > 4096 || n_experts < 1 || n_experts > 65535)
+    in.fail_at("shape ", n_layers, " layers x ", n_experts, " experts is outside 1..4096 x 1..65535");
+  return {int(n_layers), int(n_experts)};
+}
+
+void expect_final_checksum(ByteReader& in, std::span<const uint8_t> all) {
+  const size_t body_end = in.offset();
+  if (in.get<uint64_t>("checksum") != checksum(all.first(body_end)))
+    fail(in.source(), ": checksum mismatch (the file is corrupt)");
+  if (in.remaining() != 0) in.fail_at(in.remaining(), " unexpected bytes after the checksum");
+}
+
+void save_with_checksum(ByteWriter& w, const std::string& path, const char* kind) {
+  w.put(checksum(w.bytes()));
+  write_file_atomic(path, w.bytes(), kind);
+}
+
 std::vector<uint8_t> read_whole_file(const std::string& path, const char* kind) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(kind, " ", path, ": cannot open: ", std::strerror(errno));

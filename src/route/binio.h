@@ -8,7 +8,9 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "util/error.h"
@@ -78,6 +80,17 @@ class ByteReader {
 
 // XXH64 with seed 0.
 uint64_t checksum(std::span<const uint8_t> bytes);
+
+// The start of every route file: 8 magic characters and a u32 version.
+void put_preamble(ByteWriter& w, std::string_view magic, uint32_t version);
+// Throws "SOURCE: not a strata KIND (bad magic)" or "SOURCE: KIND version V (this strata reads N)".
+void expect_preamble(ByteReader& in, std::string_view magic, uint32_t version, const char* kind);
+// u32 n_layers (1..4096) and u32 n_experts (1..65535), range-checked.
+std::pair<int, int> get_shape(ByteReader& in);
+// The last field of the history and profile files: the XXH64 of all bytes before it, then the end.
+void expect_final_checksum(ByteReader& in, std::span<const uint8_t> all);
+// Appends the checksum of everything written and replaces `path` atomically with the result.
+void save_with_checksum(ByteWriter& w, const std::string& path, const char* kind);
 
 // The whole file; `kind` ("routing trace", ...) goes into the error when it cannot be read.
 std::vector<uint8_t> read_whole_file(const std::string& path, const char* kind);

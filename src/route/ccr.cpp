@@ -122,4 +122,21 @@ RowRouting route_row_top_m(std::span<const int32_t> ids, std::span<const float> 
   return select(ids.first(m), logits.first(m), p, top_k, renormalize, params, resident, op);
 }
 
+backend::Routing route_window(const float* logits, int64_t rows, int64_t n, int64_t stride, int top_k,
+                              bool renormalize, const CcrParams& params, std::span<const uint8_t> resident,
+                              CcrStats* stats) {
+  backend::Routing out;
+  out.top_k = top_k;
+  out.experts.reserve(size_t(rows * top_k));
+  out.weights.reserve(size_t(rows * top_k));
+  for (int64_t r = 0; r < rows; ++r) {
+    const RowRouting row =
+        route_row({logits + r * stride, size_t(n)}, top_k, renormalize, params, resident);
+    out.experts.insert(out.experts.end(), row.experts.begin(), row.experts.end());
+    out.weights.insert(out.weights.end(), row.weights.begin(), row.weights.end());
+    if (stats) stats->add(row);
+  }
+  return out;
+}
+
 }  // namespace strata::route

@@ -15,7 +15,11 @@
 #include <span>
 #include <vector>
 
+#include "backend/backend.h"
+
 namespace strata::route {
+
+struct CcrStats;
 
 struct CcrParams {
   bool enabled = false;
@@ -45,6 +49,14 @@ RowRouting route_row(std::span<const float> logits, int top_k, bool renormalize,
 // when enabled.
 RowRouting route_row_top_m(std::span<const int32_t> ids, std::span<const float> logits, float lse, int top_k,
                            bool renormalize, const CcrParams& params, std::span<const uint8_t> resident);
+
+// A window of `rows` rows of n logits (row r at logits + r * stride) routed row by row as route_row
+// does, against one residency snapshot (the cache as the window's handshake sees it), as the
+// backend's Routing; each row is added to `stats` when given. This is the engine's entry point:
+// with params.enabled == false it equals cpu::route_softmax_topk bitwise.
+backend::Routing route_window(const float* logits, int64_t rows, int64_t n, int64_t stride, int top_k,
+                              bool renormalize, const CcrParams& params, std::span<const uint8_t> resident,
+                              CcrStats* stats = nullptr);
 
 // Running telemetry over routed rows: substitution rate (rows whose set changed), agreement
 // (fraction of the true top-k kept) and mean KL.

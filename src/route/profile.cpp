@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <string_view>
 
 #include "route/binio.h"
 #include "route/trace.h"
@@ -13,8 +14,9 @@ namespace strata::route {
 
 namespace {
 
-constexpr char kMagic[8] = {'S', 'T', 'R', 'P', 'R', 'O', 'F', 'L'};
+constexpr std::string_view kMagic = "STRPROFL";
 constexpr uint32_t kVersion = 1;
+constexpr const char* kKind = "expert profile";
 
 // Ids sorted by score, best first, ties to the lower id.
 template <typename Score>
@@ -60,32 +62,24 @@ std::vector<int32_t> ExpertProfile::ranking(int layer) const {
 
 void ExpertProfile::save(const std::string& path) const {
   ByteWriter w;
-  for (char c : kMagic) w.put(c);
-  w.put(kVersion);
+  put_preamble(w, kMagic, kVersion);
   w.put(uint32_t(n_layers_));
   w.put(uint32_t(n_experts_));
   w.put(uint64_t(tokens_));
   w.put_string(model_);
   w.put_all(std::span<const uint64_t>(counts_));
-  w.put(checksum(w.bytes()));
-  write_file_atomic(path, w.bytes(), "expert profile");
+  save_with_checksum(w, path, kKind);
 }
 
 ExpertProfile ExpertProfile::load(const std::string& path) {
-  const auto bytes = read_whole_file(path, "expert profile");
-  return parse(bytes, "expert profile " + path);
+  const auto bytes = read_whole_file(path, kKind);
+  return parse(bytes, cat(kKind, " ", path));
 }
 
 ExpertProfile ExpertProfile::parse(std::span<const uint8_t> bytes, const std::string& source) {
   ByteReader in(bytes, source);
-  for (char c : kMagic)
-    if (in.get<char>("magic") != c) fail(source, ": not a strata expert profile (bad magic)");
-  const auto version = in.get<uint32_t>("version");
-  if (version != kVersion) fail(source, ": expert profile version ", version, " (this strata reads ", kVersion, ")");
-  const auto n_layers = in.get<uint32_t>("n_layers");
-  const auto n_experts = in.get<uint32_t>("n_experts");
-  if (n_layers < 1 || n_layers > 4096 || n_experts < 1 || n_experts > 65535)
-    in.fail_at("shape ", n_layers, " layers x ", n_experts, " experts is out of range");
+  expect_preamble(in, kMagic, kVersion, kKind);
+  const auto [n_layers, n_experts] = get_shape(in);
   const auto tokens = in.get<uint64_t>("tokens");
   if (tokens > uint64_t(INT64_MAX)) in.fail_at("token count ", tokens, " is out of range");
   std::string model = in.get_string("model identity", 4096);
@@ -93,13 +87,10 @@ ExpertProfile ExpertProfile::parse(std::span<const uint8_t> bytes, const std::st
   if (in.remaining() < want)
     in.fail_at("truncated: ", n_layers, " x ", n_experts, " counts and the checksum need ", want,
                " bytes but only ", in.remaining(), " remain");
-  ExpertProfile p(int(n_layers), int(n_experts), std::move(model));
+  ExpertProfile p(n_layers, n_experts, std::move(model));
   p.tokens_ = int64_t(tokens);
   const auto raw = in.take(p.counts_.size() * sizeof(uint64_t), "counts");
-  const size_t body_end = in.offset();
-  if (in.get<uint64_t>("checksum") != checksum(bytes.first(body_end)))
-    fail(source, ": checksum mismatch (the file is corrupt)");
-  if (in.remaining() != 0) in.fail_at(in.remaining(), " unexpected bytes after the checksum");
+  expect_final_checksum(in, bytes);
   std::memcpy(p.counts_.data(), raw.data(), raw.size());
   return p;
 }

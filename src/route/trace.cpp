@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <string_view>
 
 #include "route/binio.h"
 #include "util/error.h"
@@ -13,7 +14,7 @@ namespace strata::route {
 
 namespace {
 
-constexpr char kMagic[8] = {'S', 'T', 'R', 'T', 'R', 'A', 'C', 'E'};
+constexpr std::string_view kMagic = "STRTRACE";
 constexpr uint32_t kVersion = 1;
 constexpr uint32_t kWindowTag = 0x57444E57;  // "WNDW"
 constexpr uint32_t kFlagRenormalized = 1;
@@ -107,8 +108,7 @@ TraceWriter::TraceWriter(const std::string& path, TraceHeader header)
   if (!file_) fail("routing trace ", path_, ": cannot create: ", std::strerror(errno));
   layer_bytes_.resize(size_t(header_.n_layers));
   ByteWriter w;
-  for (char c : kMagic) w.put(c);
-  w.put(kVersion);
+  put_preamble(w, kMagic, kVersion);
   w.put(uint32_t(header_.n_layers));
   w.put(uint32_t(header_.n_experts));
   w.put(uint32_t(header_.top_k));
@@ -219,10 +219,7 @@ TraceReader TraceReader::open(const std::string& path) {
 
 TraceReader TraceReader::parse(std::span<const uint8_t> bytes, const std::string& source) {
   ByteReader in(bytes, source);
-  for (char c : kMagic)
-    if (in.get<char>("magic") != c) fail(source, ": not a strata routing trace (bad magic)");
-  const auto version = in.get<uint32_t>("version");
-  if (version != kVersion) fail(source, ": trace version ", version, " (this strata reads version ", kVersion, ")");
+  expect_preamble(in, kMagic, kVersion, "routing trace");
   TraceReader t;
   TraceHeader& h = t.header_;
   const auto u32_field = [&](const char* name) {

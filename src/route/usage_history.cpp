@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 
 #include "route/binio.h"
 #include "util/error.h"
@@ -12,8 +13,9 @@ namespace strata::route {
 
 namespace {
 
-constexpr char kMagic[8] = {'S', 'T', 'R', 'U', 'S', 'A', 'G', 'E'};
+constexpr std::string_view kMagic = "STRUSAGE";
 constexpr uint32_t kVersion = 1;
+constexpr const char* kKind = "usage history";
 
 void check_shape(int n_layers, int n_experts, const std::string& source) {
   if (n_layers < 1 || n_layers > 4096) fail(source, ": n_layers ", n_layers, " is outside 1..4096");
@@ -50,33 +52,26 @@ void UsageHistory::advance(int64_t tokens) {
 
 void UsageHistory::save(const std::string& path) {
   ByteWriter w;
-  for (char c : kMagic) w.put(c);
-  w.put(kVersion);
+  put_preamble(w, kMagic, kVersion);
   w.put(uint32_t(n_layers_));
   w.put(uint32_t(n_experts_));
   w.put(half_life_);
   w.put(uint64_t(tokens_));
   w.put_string(model_);
   w.put_all(std::span<const double>(counts_));
-  w.put(checksum(w.bytes()));
-  write_file_atomic(path, w.bytes(), "usage history");
+  save_with_checksum(w, path, kKind);
   dirty_ = false;
 }
 
 UsageHistory UsageHistory::load(const std::string& path) {
-  const auto bytes = read_whole_file(path, "usage history");
-  return parse(bytes, "usage history " + path);
+  const auto bytes = read_whole_file(path, kKind);
+  return parse(bytes, cat(kKind, " ", path));
 }
 
 UsageHistory UsageHistory::parse(std::span<const uint8_t> bytes, const std::string& source) {
   ByteReader in(bytes, source);
-  for (char c : kMagic)
-    if (in.get<char>("magic") != c) fail(source, ": not a strata usage history (bad magic)");
-  const auto version = in.get<uint32_t>("version");
-  if (version != kVersion) fail(source, ": usage history version ", version, " (this strata reads ", kVersion, ")");
-  const auto n_layers = in.get<uint32_t>("n_layers");
-  const auto n_experts = in.get<uint32_t>("n_experts");
-  check_shape(int(std::min<uint32_t>(n_layers, 1u << 20)), int(std::min<uint32_t>(n_experts, 1u << 20)), source);
+  expect_preamble(in, kMagic, kVersion, kKind);
+  const auto [n_layers, n_experts] = get_shape(in);
   const auto half_life = in.get<double>("half_life");
   if (!std::isfinite(half_life) || half_life <= 0.0) in.fail_at("half-life ", half_life, " is not a finite value > 0");
   const auto tokens = in.get<uint64_t>("tokens");
@@ -86,14 +81,11 @@ UsageHistory UsageHistory::parse(std::span<const uint8_t> bytes, const std::stri
   if (in.remaining() < want)
     in.fail_at("truncated: ", n_layers, " x ", n_experts, " counts and the checksum need ", want,
                " bytes but only ", in.remaining(), " remain");
-  UsageHistory h(int(n_layers), int(n_experts), half_life, std::move(model));
+  UsageHistory h(n_layers, n_experts, half_life, std::move(model));
   h.tokens_ = int64_t(tokens);
   const size_t n = h.counts_.size();
   const auto raw = in.take(n * sizeof(double), "counts");
-  const size_t body_end = in.offset();
-  if (in.get<uint64_t>("checksum") != checksum(bytes.first(body_end)))
-    fail(source, ": checksum mismatch (the file is corrupt)");
-  if (in.remaining() != 0) in.fail_at(in.remaining(), " unexpected bytes after the checksum");
+  expect_final_checksum(in, bytes);
   std::memcpy(h.counts_.data(), raw.data(), raw.size());
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(h.counts_[i]) || h.counts_[i] < 0.0)
