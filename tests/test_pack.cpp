@@ -238,6 +238,11 @@ TEST_F(PackValidation, Header) {
   EXPECT_CONTAINS(error_after(set<uint8_t>(kAtReserved + 3, 1)), "reserved header byte 67");
   EXPECT_CONTAINS(error_after(set<uint32_t>(kAtLayers, 0)), "layer count 0 out of range");
   EXPECT_CONTAINS(error_after(set<uint32_t>(kAtExperts, 70000)), "expert count 70000 out of range");
+  EXPECT_CONTAINS(error_after([](std::vector<uint8_t>& b) {
+                    store<uint32_t>(b.data() + kAtLayers, 4096);
+                    store<uint32_t>(b.data() + kAtExperts, 4096);
+                  }),
+                  "4096 layers x 4096 experts is more than 4194304 records");
   // Counts that the file cannot hold are refused before any table is allocated.
   EXPECT_CONTAINS(error_after(set<uint32_t>(kAtExperts, 60000)),
                   "cannot hold 3 layers x 60000 experts");

@@ -243,6 +243,9 @@ uint64_t Pack::parse_header_end(const uint8_t* h) const {
     fail(f, ": layer count ", n_layers, " out of range (1..", kMaxLayers, ")");
   if (n_experts == 0 || n_experts > kMaxExperts)
     fail(f, ": expert count ", n_experts, " out of range (1..", kMaxExperts, ")");
+  if (uint64_t(n_layers) * n_experts > kMaxRecords)
+    fail(f, ": ", n_layers, " layers x ", n_experts, " experts is more than ", kMaxRecords,
+         " records");
   const Geometry g = geometry(n_layers, n_experts);
   // Every record takes at least kPackAlignment bytes after the tables.
   const uint64_t min_size = g.data_offset + uint64_t(n_layers) * n_experts * kPackAlignment;

@@ -20,6 +20,9 @@ constexpr uint64_t kHeaderChecksumAt = 120;  // XXH3 of header bytes [0, 120)
 // Sanity bounds on counts; a real model has < 100 layers and <= 512 experts.
 constexpr uint32_t kMaxLayers = 4096;
 constexpr uint32_t kMaxExperts = 65536;
+// At most this many records (an index of 96 MiB), so a header cannot make open() allocate more
+// however large a (sparse) file claims to be. The flagship has 48 x 512 = 24,576.
+constexpr uint64_t kMaxRecords = uint64_t(1) << 22;
 // How many bytes of each expert-0 part feed the source id.
 constexpr uint64_t kIdSampleBytes = 4096;
 

@@ -118,6 +118,9 @@ PackWriter::PackWriter(std::string path, std::vector<Layout> layouts, int n_expe
     fail(path_, ": a pack holds 1..", kMaxLayers, " layers, not ", layouts.size());
   if (n_experts <= 0 || uint32_t(n_experts) > kMaxExperts)
     fail(path_, ": a pack holds 1..", kMaxExperts, " experts per layer, not ", n_experts);
+  if (layouts.size() * uint64_t(n_experts) > kMaxRecords)
+    fail(path_, ": ", layouts.size(), " layers x ", n_experts, " experts is more than ", kMaxRecords,
+         " records");
   s.layouts = std::move(layouts);
   s.n_experts = n_experts;
   s.geometry = geometry(s.layouts.size(), uint64_t(n_experts));
