@@ -119,8 +119,8 @@ PackWriter::PackWriter(std::string path, std::vector<Layout> layouts, int n_expe
   if (n_experts <= 0 || uint32_t(n_experts) > kMaxExperts)
     fail(path_, ": a pack holds 1..", kMaxExperts, " experts per layer, not ", n_experts);
   if (layouts.size() * uint64_t(n_experts) > kMaxRecords)
-    fail(path_, ": ", layouts.size(), " layers x ", n_experts, " experts is more than ", kMaxRecords,
-         " records");
+    fail(path_, ": ", layouts.size(), " layers x ", n_experts, " experts is more than ",
+         kMaxRecords, " records");
   s.layouts = std::move(layouts);
   s.n_experts = n_experts;
   s.geometry = geometry(s.layouts.size(), uint64_t(n_experts));
@@ -313,8 +313,8 @@ VerifyReport verify_pack(const Pack& pack, const gguf::Reader* model,
   const auto read_run = [&pack, fd](const Run& run, uint8_t* dst) {
     size_t done = 0;
     while (done < run.end - run.start) {
-      const ssize_t got = ::pread(fd, dst + done, size_t(run.end - run.start - done),
-                                  off_t(run.start + done));
+      const ssize_t got =
+          ::pread(fd, dst + done, size_t(run.end - run.start - done), off_t(run.start + done));
       if (got < 0 && errno == EINTR) continue;
       if (got < 0 && errno == EINVAL && clear_direct(fd)) continue;
       if (got <= 0)
