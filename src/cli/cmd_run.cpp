@@ -13,9 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/route_flags.h"
 #include "decode/generate.h"
 #include "decode/loaded_model.h"
 #include "experts/arena.h"
+#include "model/route_control.h"
 #include "util/error.h"
 
 namespace strata::cli {
@@ -35,6 +37,7 @@ struct RunOptions {
   std::string expert_budget;  // --expert-budget as given ("8G"); empty: the default rule
   std::string read_ahead = "on";
   std::string pack;
+  RouteFlags route;
 };
 
 // The conversation so far and how it becomes prompt tokens: the model's chat template over the
@@ -99,9 +102,10 @@ decode::GenerateResult reply(decode::Session& session, const model::Model& model
   auto result = session.generate(prompt, gen, print_piece);
   if (result.text.empty() || result.text.back() != '\n') print_piece("\n");
   std::fprintf(stderr, "[strata] %s\n", decode::format_telemetry(result.telemetry).c_str());
-  if (cache_before)
-    std::fprintf(stderr, "[strata] %s\n",
-                 model.expert_stats()->since(*cache_before).summary().c_str());
+  std::string cache_line = cache_before ? model.expert_stats()->since(*cache_before).summary() : "";
+  if (const model::RouteControl* route = model.route_control(); route && !route->summary().empty())
+    cache_line = cache_line.empty() ? route->summary() : cat(cache_line, "; ", route->summary());
+  if (!cache_line.empty()) std::fprintf(stderr, "[strata] %s\n", cache_line.c_str());
   return result;
 }
 
@@ -153,17 +157,20 @@ void run_run(const RunOptions& o) {
   decode::LoadedModel lm(
       {.path = o.model, .threads = o.threads, .ctx = o.ctx, .experts = std::move(experts)});
   std::fprintf(stderr, "[strata] experts %s\n", lm.model().experts_description().c_str());
+  install_routing(lm.model(), o.route, o.pack);
   Conversation conv(o, lm);
   decode::Session session(lm.model(), lm.tokenizer(),
                           {.n_ctx = o.ctx, .snapshot_prompt = !o.one_shot});
 
   if (!o.one_shot) {
     chat_loop(session, lm.model(), conv, o);
+    finish_routing(lm.model());
     return;
   }
   const auto prompt = conv.prompt_with(o.prompt);
   if (int64_t(prompt.size()) > o.ctx) fail(too_long(prompt.size(), o.ctx));
   reply(session, lm.model(), prompt, o.gen);
+  finish_routing(lm.model());
 }
 
 }  // namespace
@@ -208,6 +215,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--pack", opts->pack,
                   "The .experts pack (default: the model's strata.experts.pack or MODEL.experts)");
   cmd->add_option("--batch", gen.batch, "Rows per prefill window")->capture_default_str();
+  add_route_flags(cmd, opts->route);
   cmd->callback([opts, prompt] {
     opts->one_shot = prompt->count() > 0;
     run_run(*opts);

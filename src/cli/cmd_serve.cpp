@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "cli/commands.h"
+#include "cli/route_flags.h"
 #include "decode/loaded_model.h"
 #include "server/server.h"
 #include "util/error.h"
@@ -38,6 +39,7 @@ void run_serve(const ServeOptions& o) {
   block_signals();
   std::fprintf(stderr, "strata: loading %s\n", o.load.path.c_str());
   decode::LoadedModel model(o.load);
+  install_routing(model.model(), {}, "");  // the usage history and start-up fill when streaming
   server::Server srv(model, o.server);
   const int port = srv.bind();
 
@@ -51,7 +53,10 @@ void run_serve(const ServeOptions& o) {
     std::fprintf(stderr, "strata: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     srv.stop();
   });
-  srv.set_shutdown_hook([] { std::fprintf(stderr, "strata: server stopped\n"); });
+  srv.set_shutdown_hook([&model] {
+    finish_routing(model.model());
+    std::fprintf(stderr, "strata: server stopped\n");
+  });
   std::fprintf(stderr,
                "strata: serving %s as '%s' on http://%s:%d (chat page at /, API under /v1)\n",
                o.load.path.c_str(), srv.model_id().c_str(), o.server.host.c_str(), port);

@@ -15,5 +15,7 @@ void add_serve_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_profile_command(CLI::App& app);
 
 }  // namespace strata::cli

@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   strata::cli::add_synth_command(app);
   strata::cli::add_trace_command(app);
   strata::cli::add_tokenize_command(app);
+  strata::cli::add_bench_command(app);
+  strata::cli::add_profile_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -77,6 +77,10 @@ class ExpertSource {
   virtual void read_ahead(int /*layer*/, const backend::Routing& /*guess*/) {}
 
   virtual std::optional<CacheStats> stats() const { return std::nullopt; }
+
+  // Which of `layer`'s experts the cache holds (out[e] = 1), for cache-conditional routing;
+  // false when the source has no cache (every expert is at hand).
+  virtual bool residency(int /*layer*/, std::span<uint8_t> /*out*/) const { return false; }
 };
 
 // Every expert as a slice of the file's [ne0, ne1, n_expert] stacks (ffn_{gate,up,down}_exps),

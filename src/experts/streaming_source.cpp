@@ -230,6 +230,11 @@ void StreamingSource::read_ahead(int il, const backend::Routing& guess) {
   }
 }
 
+bool StreamingSource::residency(int layer, std::span<uint8_t> out) const {
+  for (size_t e = 0; e < out.size(); ++e) out[e] = arena_->slot_of(layer, int(e)) != Arena::kMiss ? 1 : 0;
+  return true;
+}
+
 size_t StreamingSource::pin(std::span<const ExpertKey> ranked, size_t max_pins) {
   const size_t limit =
       std::min(max_pins, arena_->n_slots() - arena_->reserve() - 1 - arena_->pinned_count());

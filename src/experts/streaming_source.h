@@ -75,6 +75,7 @@ class StreamingSource : public ExpertSource {
   bool wants_read_ahead() const override { return read_ahead_; }
   void read_ahead(int layer, const backend::Routing& guess) override;
   std::optional<CacheStats> stats() const override;
+  bool residency(int layer, std::span<uint8_t> out) const override;
 
   // Loads and pins experts from a ranked list (best first: a profile), as many as leave at least
   // one slot outside the reserve unpinned, and at most `max_pins`. Returns how many are pinned.

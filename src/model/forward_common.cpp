@@ -61,7 +61,8 @@ Tensor moe(Window& w, int64_t il, const Tensor& x) {
   be.matmul(L.ffn_gate_inp, x, logits);  // router_logits = F.linear(hidden_states, self.weight)
   // softmax, topk, and `router_top_value /= sum` when norm_topk_prob
   const backend::Routing routing =
-      be.route_softmax_topk(logits, w.c.n_expert_used, w.renormalize_topk);
+      w.route ? w.route->route(be, w.experts, int(il), logits, w.T)
+              : be.route_softmax_topk(logits, w.c.n_expert_used, w.renormalize_topk);
   Tensor y = w.tmp(w.T, w.c.n_embd);  // zeros
   // self.experts(...): in one step when the layer's experts are resident together, else one
   // group at a time into per-pair outputs combined afterwards (bitwise the one-step result).

@@ -12,6 +12,7 @@
 #include "experts/expert_source.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/route_control.h"
 #include "model/state.h"
 #include "model/weights.h"
 
@@ -46,6 +47,7 @@ struct Window {
   bool renormalize_topk;  // router: renormalise the top-k weights to sum 1
   const DumpFn& dump_fn;
   Scratch tmp;
+  RouteControl* route = nullptr;  // trace, recording, cache-conditional routing; null: exact
 
   // Hands t to the dump callback as "name-il" (il < 0: "name"), when one is set.
   void dump(const char* name, int64_t il, const Tensor& t);

@@ -5,6 +5,7 @@
 #include "model/arch.h"
 #include "model/forward_common.h"
 #include "model/qwen4exp.h"
+#include "model/route_control.h"
 #include "util/error.h"
 
 namespace strata::model {
@@ -13,6 +14,8 @@ Model::Model(std::unique_ptr<gguf::Reader> reader, backend::Backend& backend)
     : reader_(std::move(reader)), backend_(backend) {}
 
 Model::~Model() = default;
+
+void Model::set_route_control(std::unique_ptr<RouteControl> control) { route_ = std::move(control); }
 
 std::unique_ptr<Model> Model::load(const std::string& path, backend::Backend& backend,
                                    const experts::SourceOptions& experts) {
@@ -53,6 +56,7 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
     ~WindowScope() { source.end_window(); }
   } window_scope(*experts_);
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
+  w.route = route_.get();
   for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
   Scratch keep(backend_);
   // qwen4exp: the residual is hc_count streams, each starting as the embedding
@@ -68,6 +72,7 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
     w.dump("layer_out", il, x);
     w.tmp.clear();
   }
+  if (route_) route_->end_window(T);
   if (c.has_ple()) ple_advance_history(state.ple_history, tokens);
   const Tensor rows = mode == LogitsMode::All ? x : x.rows_view(T - 1, 1);
   Tensor h;

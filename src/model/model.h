@@ -31,6 +31,8 @@ enum class LogitsMode { Last, All };
 using DumpFn =
     std::function<void(const std::string& name, const std::vector<float>& rows, int64_t cols)>;
 
+class RouteControl;
+
 class Model {
  public:
   // Maps and validates the file (architecture, hyperparameters, every tensor against the
@@ -69,6 +71,11 @@ class Model {
   // The expert cache's counters; empty when the experts are mapped.
   std::optional<experts::CacheStats> expert_stats() const { return experts_->stats(); }
 
+  // Routing controls (route_control.h) used by later forward() calls; null: exact routing.
+  void set_route_control(std::unique_ptr<RouteControl> control);
+  RouteControl* route_control() const { return route_.get(); }
+  bool renormalize_topk() const { return renormalize_topk_; }
+
  private:
   Model(std::unique_ptr<gguf::Reader> reader, backend::Backend& backend);
 
@@ -80,6 +87,7 @@ class Model {
   std::string experts_description_;
   bool renormalize_topk_ = true;
   DumpFn dump_;
+  std::unique_ptr<RouteControl> route_;
 };
 
 }  // namespace strata::model

@@ -1,0 +1,161 @@
+// strata bench: prefill and decode speed of a model with its expert cache, as JSON
+// (docs/EXPERT_CACHE.md, "strata bench"). The tokens are fixed pseudo-random ids from --seed, so
+// a run needs no tokenizer text and two runs feed the same tokens; with --route-trace the experts
+// come from the trace, which gives the cache realistic locality on a synthetic model.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/route_flags.h"
+#include "decode/loaded_model.h"
+#include "experts/arena.h"
+#include "experts/streaming_source.h"
+#include "model/route_control.h"
+#include "util/error.h"
+
+namespace strata::cli {
+
+namespace {
+
+struct BenchOptions {
+  std::string model;
+  std::string expert_budget;
+  std::string pack;
+  std::string read_ahead = "on";
+  int64_t prompt_tokens = 512;
+  int64_t gen_tokens = 64;
+  int64_t batch = 512;
+  int threads = 0;
+  uint64_t seed = 1;
+  RouteFlags route;
+};
+
+// kB figures of /proc/self/status, in bytes; 0 when absent.
+uint64_t proc_status_bytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.starts_with(field + ":")) return std::stoull(line.substr(field.size() + 1)) * 1024;
+  return 0;
+}
+
+// One phase's speed and what the cache did during it.
+nlohmann::ordered_json phase_json(int64_t tokens, double seconds, const std::optional<experts::CacheStats>& cache,
+                                  uint64_t slot_bytes) {
+  nlohmann::ordered_json j;
+  j["tokens"] = tokens;
+  j["seconds"] = seconds;
+  j["tok_per_s"] = seconds > 0 ? double(tokens) / seconds : 0.0;
+  if (!cache) return j;
+  const experts::CacheStats& c = *cache;
+  const double per_token = tokens > 0 ? 1.0 / double(tokens) : 0.0;
+  j["hit_rate"] = c.hit_rate();
+  j["hits"] = c.hits;
+  j["misses"] = c.misses;
+  j["bytes_read"] = c.bytes_read;
+  j["gb_per_s_read"] = c.read_seconds > 0 ? double(c.bytes_read) / c.read_seconds / 1e9 : 0.0;
+  j["bytes_read_per_token"] = double(c.bytes_read) * per_token;
+  // Urgent misses only, at the slot size (records are padded to it): what the forward waited for.
+  j["bytes_missed_per_token"] = double(c.misses) * double(slot_bytes) * per_token;
+  j["stall_ms_per_token"] = c.stall_seconds * 1e3 * per_token;
+  j["read_ahead_accuracy"] = c.read_ahead_accuracy();
+  j["evictions"] = c.evictions;
+  return j;
+}
+
+void run_bench(const BenchOptions& o) {
+  if (o.prompt_tokens < 1 || o.gen_tokens < 0 || o.batch < 1)
+    fail("--prompt-tokens and --batch must be at least 1, --gen-tokens at least 0");
+  experts::SourceOptions source{.budget_bytes = std::nullopt, .pack = o.pack, .read_ahead = o.read_ahead == "on"};
+  if (!o.expert_budget.empty()) {
+    try {
+      source.budget_bytes = experts::parse_byte_size(o.expert_budget);
+    } catch (const Error& e) {
+      fail("--expert-budget: ", e.what());
+    }
+  }
+  const int64_t ctx = o.prompt_tokens + o.gen_tokens;
+  decode::LoadedModel lm({.path = o.model, .threads = o.threads, .ctx = ctx, .experts = std::move(source)});
+  model::Model& m = lm.model();
+  RouteFlags route = o.route;
+  route.no_history = true;  // a benchmark must not depend on, nor change, earlier runs
+  install_routing(m, route, o.pack);
+  const auto* streaming = dynamic_cast<const experts::StreamingSource*>(&m.expert_source());
+  const uint64_t slot_bytes = streaming ? streaming->arena().slot_bytes() : 0;
+
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int32_t> pick(0, int32_t(m.config().n_vocab - 1));
+  std::vector<int32_t> tokens(static_cast<size_t>(ctx));
+  for (int32_t& t : tokens) t = pick(rng);
+
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  auto delta = [&m](const std::optional<experts::CacheStats>& before) -> std::optional<experts::CacheStats> {
+    if (!before) return std::nullopt;
+    return m.expert_stats()->since(*before);
+  };
+  model::State state = m.new_state(ctx);
+  const auto start = m.expert_stats();
+  auto t0 = Clock::now();
+  for (int64_t i = 0; i < o.prompt_tokens; i += o.batch) {
+    const int64_t n = std::min(o.batch, o.prompt_tokens - i);
+    m.forward(std::span(tokens).subspan(size_t(i), size_t(n)), state, model::LogitsMode::Last);
+  }
+  const double prefill_s = seconds_since(t0);
+  const auto after_prefill = m.expert_stats();
+  t0 = Clock::now();
+  for (int64_t i = o.prompt_tokens; i < ctx; ++i)
+    m.forward(std::span(tokens).subspan(size_t(i), 1), state, model::LogitsMode::Last);
+  const double decode_s = seconds_since(t0);
+
+  nlohmann::ordered_json j;
+  j["model"] = o.model;
+  j["experts"] = m.experts_description();
+  j["threads"] = o.threads;
+  j["expert_budget"] = o.expert_budget.empty() ? "default" : o.expert_budget;
+  j["route_trace"] = o.route.trace;
+  j["seed"] = o.seed;
+  j["prefill"] = phase_json(o.prompt_tokens, prefill_s, delta(start), slot_bytes);
+  j["decode"] = phase_json(o.gen_tokens, decode_s, delta(after_prefill), slot_bytes);
+  if (streaming) {
+    j["cache"] = {{"slots", streaming->arena().n_slots()},
+                  {"slot_bytes", slot_bytes},
+                  {"pinned", streaming->arena().pinned_count()}};
+  }
+  if (const model::RouteControl* rc = m.route_control(); rc && o.route.ccr.enabled) {
+    const route::CcrStats& s = rc->ccr_stats();
+    j["ccr"] = {{"substitution_rate", s.substitution_rate()}, {"agreement", s.agreement()}, {"mean_kl", s.mean_kl()}};
+  }
+  j["rss"] = {{"vm_hwm_bytes", proc_status_bytes("VmHWM")}, {"vm_rss_bytes", proc_status_bytes("VmRSS")}};
+  finish_routing(m);
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode speed with the expert cache, as JSON");
+  cmd->add_option("-m,--model", o->model, "GGUF model")->required();
+  cmd->add_option("--expert-budget", o->expert_budget, "Expert cache size (8G, 512M); default: from free memory");
+  cmd->add_option("--pack", o->pack, "The .experts pack (default: the model's)");
+  cmd->add_option("--read-ahead", o->read_ahead, "on|off")->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prefill tokens")->capture_default_str();
+  cmd->add_option("--gen-tokens", o->gen_tokens, "Decode steps, one token each")->capture_default_str();
+  cmd->add_option("--batch", o->batch, "Rows per prefill window")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "CPU threads (default: one per hardware thread)");
+  cmd->add_option("--seed", o->seed, "Seed of the pseudo-random token ids")->capture_default_str();
+  add_route_flags(cmd, o->route, false);
+  cmd->callback([o] { run_bench(*o); });
+}
+
+}  // namespace strata::cli
