@@ -81,7 +81,7 @@ test("the chat page streams replies, reuses the cache and stops on request", asy
     await waitFor("the page to show the model id", 30, async () => (await page.textContent("#model")) === server.modelId);
 
     // A first message: the reply streams in, then its usage line appears.
-    await settings(0, 200);
+    await settings(0, 100);
     await watchAssistant();
     await send("Hello there");
     await page.locator(".msg.assistant .meta").first().filter({ hasText: /tokens/ }).waitFor();
@@ -95,7 +95,7 @@ test("the chat page streams replies, reuses the cache and stops on request", asy
     assert.match(first.meta, /^\d+ tokens, /);
     assert.equal(await page.locator(".msg.error").count(), 0);
     // What the page shows is what the API answers for the same greedy request.
-    assert.equal(first.text, await apiReply([{ role: "user", content: "Hello there" }], 200));
+    assert.equal(first.text, await apiReply([{ role: "user", content: "Hello there" }], 100));
 
     // A second turn: the history the page resends is served from the prompt cache.
     await send("Tell me more");

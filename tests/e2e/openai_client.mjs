@@ -130,7 +130,7 @@ describe("openai npm client", () => {
 
   test("tool_choice naming a function forces a valid call to it", async () => {
     const r = await client.chat.completions.create({
-      model, messages: user("Weather in Paris?"), tools: [weatherTool, timeTool], max_tokens: 120, seed: 3,
+      model, messages: user("Weather in Paris?"), tools: [weatherTool, timeTool], max_tokens: 400, seed: 3,
       tool_choice: { type: "function", function: { name: "get_weather" } },
     });
     const { message, finish_reason } = r.choices[0];
@@ -153,7 +153,7 @@ describe("openai npm client", () => {
 
   test('tool_choice "required" streamed: the SDK assembles the same call as the plain reply', async () => {
     const request = { model, messages: user("Weather or time?"), tools: [weatherTool, timeTool], tool_choice: "required",
-      parallel_tool_calls: false, max_tokens: 120, seed: 8 };
+      parallel_tool_calls: false, max_tokens: 400, seed: 8 };
     const whole = await client.chat.completions.create(request);
     const calls = whole.choices[0].message.tool_calls;
     assert.equal(calls?.length, 1, JSON.stringify(whole.choices[0].message));
@@ -190,7 +190,7 @@ describe("openai npm client", () => {
       additionalProperties: false,
     };
     const r = await client.chat.completions.create({
-      model, messages: user("Is it sunny?"), max_tokens: 200, seed: 4,
+      model, messages: user("Is it sunny?"), max_tokens: 400, seed: 4,
       response_format: { type: "json_schema", json_schema: { name: "verdict", schema, strict: true } },
     });
     const content = r.choices[0].message.content;
