@@ -173,9 +173,15 @@ std::shared_ptr<Job> Generation::start(const std::vector<int32_t>& prompt,
   auto job = std::make_shared<Job>(
       [this, prompt, gen = std::move(gen)](Job& self) mutable {
         gen.should_stop = [&self] { return self.should_stop(); };
-        auto result = session_.generate(prompt, gen, [&self](const std::string& piece) {
-          self.emit(piece);
-        });
+        decode::GenerateResult result;
+        try {
+          result = session_.generate(prompt, gen, [&self](const std::string& piece) {
+            self.emit(piece);
+          });
+        } catch (const std::exception&) {
+          metrics_.count_generation({}, "error");
+          throw;
+        }
         metrics_.count_generation(result.telemetry, generation_label(result, self.cancelled()));
         std::fprintf(stderr, "[strata] %s\n", decode::format_telemetry(result.telemetry).c_str());
         return result;

@@ -61,7 +61,7 @@ std::string Metrics::render(const LiveGauges& live) const {
     sample(out, "strata_requests_total", double(n),
            cat("endpoint=\"", key.first, "\",status=\"", key.second, "\""));
   header(out, "strata_generations_total", "counter",
-         "Generations finished, by finish reason (stop, length, tool_calls, cancelled, error).");
+         "Generations by how they ended: stop, length, timeout (time limit or shutdown), cancelled (client gone), error.");
   for (const auto& [reason, n] : finishes_)
     sample(out, "strata_generations_total", double(n), cat("finish_reason=\"", reason, "\""));
   metric(out, "strata_rejected_total", "counter", "Requests refused with 429: the queue was full.",

@@ -1,0 +1,54 @@
+// libFuzzer target for the server's request parsing and validation: any bytes as the body of a
+// chat or completions request. The only accepted failure is ApiError with a 4xx status and a
+// message; anything else (another exception, a crash, a sanitizer report, a 5xx) is a bug. An
+// accepted request must hold what the generation loop relies on.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "server/api_error.h"
+#include "server/request.h"
+
+namespace {
+
+using namespace strata::server;
+
+const RequestLimits kLimits{"tiny", 512};
+
+void check_error(const ApiError& e) {
+  if (e.status < 400 || e.status >= 500 || e.message.empty()) __builtin_trap();
+  volatile size_t sink = error_body(e).dump().size();
+  (void)sink;
+}
+
+void check_generation(const GenerationRequest& r) {
+  r.gen.validate();  // throws strata::Error (not caught: a crash) if parsing let a bad value by
+  if (r.include_usage && !r.stream) __builtin_trap();
+  for (const auto& [id, bias] : r.logit_bias)
+    if (id < 0 || id >= kLimits.n_vocab || bias < -100 || bias > 100) __builtin_trap();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  try {
+    const auto r = parse_chat_request(body, kLimits);
+    check_generation(r);
+    if (r.messages.empty()) __builtin_trap();
+    for (const auto& m : r.messages)
+      if (!m["content"].is_string()) __builtin_trap();
+  } catch (const ApiError& e) {
+    check_error(e);
+  }
+  try {
+    const auto r = parse_completion_request(body, kLimits);
+    check_generation(r);
+    if (r.prompt_tokens)
+      for (const int32_t id : *r.prompt_tokens)
+        if (id < 0 || id >= kLimits.n_vocab) __builtin_trap();
+  } catch (const ApiError& e) {
+    check_error(e);
+  }
+  return 0;
+}
