@@ -68,9 +68,14 @@ export function synthModel(name, extra = []) {
   return file;
 }
 
+// The model's token ids for `text` (special tokens parsed), as logit_bias keys.
+export function tokenIds(model, text) {
+  return strata("tokenize", "-m", model, text).trim().split(",").map(Number);
+}
+
 // The token ids the model ends a reply with, for logit_bias to ban.
 export function endTokenIds(model) {
-  return strata("tokenize", "-m", model, "<|im_end|><|endoftext|>").trim().split(",").map(Number);
+  return tokenIds(model, "<|im_end|><|endoftext|>");
 }
 
 export function sleep(ms) {
