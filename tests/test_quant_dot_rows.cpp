@@ -69,7 +69,8 @@ TEST_P(QuantDotRows, RepeatedActivationGivesRepeatedResult) {
   const auto x = testing::random_floats(n, 4);
   std::vector<uint8_t> a(act_bytes(k.act, n));
   quantize_act_ref(k.act, x.data(), a.data(), n);
-  const void* ptrs[kMaxDotRows] = {a.data(), a.data(), a.data(), a.data()};
+  const void* ptrs[kMaxDotRows];
+  for (auto& p : ptrs) p = a.data();
   float out[kMaxDotRows];
   dot_rows_kernel(t)(w.data(), ptrs, kMaxDotRows, n, out);
   for (int j = 1; j < kMaxDotRows; ++j)

@@ -63,7 +63,7 @@ DotFn dot_kernel(Type t);
 // [0, count), count <= kMaxDotRows. Decoding the weight once for all of them is what makes a
 // prefill window cheaper per row than decode; every result is bitwise what the DotFn of the same
 // dispatch gives, so a T-row window still equals T one-row windows.
-constexpr int kMaxDotRows = 4;
+constexpr int kMaxDotRows = 8;
 using DotRowsFn = void (*)(const void* weights, const void* const* acts, int count, int64_t n,
                            float* out);
 

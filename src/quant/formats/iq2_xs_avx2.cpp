@@ -97,7 +97,11 @@ void dot_rows_iq2_xs_avx2(const void* weights, const void* const* acts, int coun
     case 1: dot_n<1>(x, y, n / kQK, out); break;
     case 2: dot_n<2>(x, y, n / kQK, out); break;
     case 3: dot_n<3>(x, y, n / kQK, out); break;
-    default: dot_n<4>(x, y, n / kQK, out); break;
+    case 4: dot_n<4>(x, y, n / kQK, out); break;
+    case 5: dot_n<5>(x, y, n / kQK, out); break;
+    case 6: dot_n<6>(x, y, n / kQK, out); break;
+    case 7: dot_n<7>(x, y, n / kQK, out); break;
+    default: dot_n<8>(x, y, n / kQK, out); break;
   }
 }
 

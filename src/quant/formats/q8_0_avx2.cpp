@@ -1,5 +1,6 @@
 // Q8_0 x Q8_0 with AVX2: eight blocks at a time, their exact integer sums transposed into one
 // vector (block k in lane k), so one fma per 8 blocks reproduces the reference's lane b % 8.
+#include <algorithm>
 #include <cmath>
 
 #include "quant/formats/avx2_util.h"
@@ -92,11 +93,14 @@ void dot_n(const BlockQ8_0* x, const BlockQ8_0* const* y, int64_t nb, float* out
 void dot_rows_q8_0_avx2(const void* w, const void* const* acts, int count, int64_t n, float* out) {
   const auto* x = static_cast<const BlockQ8_0*>(w);
   const auto* const* y = reinterpret_cast<const BlockQ8_0* const*>(acts);
-  switch (count) {
-    case 1: out[0] = dot_q8_0_avx2(w, acts[0], n); break;
-    case 2: dot_n<2>(x, y, n / kQK, out); break;
-    case 3: dot_n<3>(x, y, n / kQK, out); break;
-    default: dot_n<4>(x, y, n / kQK, out); break;
+  // More than four activations spill the per-activation sums, so larger groups run as fours.
+  for (int j = 0; j < count; j += 4) {
+    switch (std::min(4, count - j)) {
+      case 1: out[j] = dot_q8_0_avx2(w, acts[j], n); break;
+      case 2: dot_n<2>(x, y + j, n / kQK, out + j); break;
+      case 3: dot_n<3>(x, y + j, n / kQK, out + j); break;
+      default: dot_n<4>(x, y + j, n / kQK, out + j); break;
+    }
   }
 }
 
