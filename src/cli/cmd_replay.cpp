@@ -1,14 +1,17 @@
 // strata replay: closed-loop cache simulation over a routing trace (see route/replay.h and
 // docs/ROUTING.md): hit rate, misses and bytes per token for LRU, profile-pinned, history-blended
 // and cache-conditional variants at several budgets, plus the routed relative MSE of the latter.
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "experts/pack.h"
 #include "gguf/gguf.h"
 #include "route/profile.h"
 #include "route/replay.h"
@@ -42,16 +45,27 @@ uint64_t parse_size(const std::string& text, const char* flag) {
   return uint64_t(value * scale);
 }
 
-// One expert's gate + up + down bytes of layer 0, rounded up to the pack's 4 KiB record alignment.
-uint64_t expert_bytes_of(const std::string& model_path) {
-  const auto reader = gguf::Reader::open(model_path);
-  uint64_t total = 0;
-  for (const char* part : {"gate", "up", "down"}) {
-    const auto& t = reader->tensor(cat("blk.0.ffn_", part, "_exps.weight"));
-    if (t.shape.size() != 3 || t.shape[2] < 1) fail(model_path, ": ", t.name, " is not an expert stack");
-    total += t.nbytes / uint64_t(t.shape[2]);
+// One expert record's bytes: from the pack when there is one (PATH itself when it is a .experts
+// pack, the pack a trunk-only GGUF names, or PATH.experts), else the pack layout of the GGUF's
+// layer-0 expert stacks, which is what `strata pack` would write.
+uint64_t expert_bytes_of(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.ends_with(".experts")) return experts::Pack::open(path)->max_record_bytes();
+  const auto reader = gguf::Reader::open(path);
+  if (reader->find(experts::kPackKey)) {
+    const fs::path pack = fs::path(path).parent_path() / reader->get_string(experts::kPackKey);
+    return experts::Pack::open(pack.string())->max_record_bytes();
   }
-  return (total + 4095) / 4096 * 4096;
+  if (fs::exists(path + ".experts")) return experts::Pack::open(path + ".experts")->max_record_bytes();
+  experts::Part parts[3];
+  for (int i = 0; i < 3; ++i) {
+    const auto& t = reader->tensor(experts::expert_stack_name(0, i));
+    if (t.shape.size() != 3) fail(path, ": ", t.name, " is not an expert stack");
+    parts[i].type = t.type;
+    parts[i].rows = t.shape[1];
+    parts[i].cols = t.shape[0];
+  }
+  return experts::make_layout(parts[0], parts[1], parts[2]).record_bytes;
 }
 
 struct ReplayArgs {
@@ -73,7 +87,7 @@ void add_replay_command(CLI::App& app) {
   cmd->add_option("--budget", a->budgets, "Budgets in bytes over all layers, e.g. 4G,8G (needs expert bytes)")
       ->delimiter(',');
   cmd->add_option("--expert-bytes", a->expert_bytes, "Bytes of one expert record (e.g. 1.4M)");
-  cmd->add_option("--model", a->model, "GGUF model whose expert size gives the record bytes");
+  cmd->add_option("--model", a->model, "Model (GGUF, or its .experts pack) whose expert record size gives the bytes");
   cmd->add_option("--profile", a->profile, "Expert profile file (default: built from the warm-up rows)");
   cmd->add_option("--history", a->history, "Usage history file (default: built from the warm-up rows)");
   cmd->add_option("--warmup-rows", a->o.warmup_rows, "Rows that build history/profile (-1 = min(1024, rows/4))")
@@ -81,7 +95,9 @@ void add_replay_command(CLI::App& app) {
   cmd->add_option("--half-life", a->o.half_life, "Half-life in tokens of the history built from the warm-up rows")
       ->capture_default_str();
   cmd->add_option("--pin-fraction", a->o.pin_fraction, "Share of the slots the pinned policy pins")->capture_default_str();
-  cmd->add_option("--route-m", a->o.ccr_m, "ROUTE_M values for the ccr rows")->delimiter(',')->capture_default_str();
+  CLI::Option* route_m =
+      cmd->add_option("--route-m", a->o.ccr_m, "ROUTE_M values for the ccr rows (default: those of 16,24,32 the trace's candidates allow)")
+          ->delimiter(',');
   cmd->add_option("--r-prot", a->o.r_prot, "Ranks cache-conditional routing never replaces")->capture_default_str();
   cmd->add_option("--lambda", a->o.lambda, "Logit bonus of resident experts")->capture_default_str();
   cmd->add_option("--head", a->o.head_tokens, "Also report the hit rate of the first N measured tokens")
@@ -90,14 +106,17 @@ void add_replay_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--mse-seed", a->o.mse_seed, "Seed of the random expert outputs")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print JSON");
-  cmd->callback([a] {
+  cmd->callback([a, route_m] {
     if (!a->expert_bytes.empty() && !a->model.empty()) fail("replay: give --expert-bytes or --model, not both");
     if (!a->expert_bytes.empty()) a->o.expert_bytes = parse_size(a->expert_bytes, "--expert-bytes");
     if (!a->model.empty()) a->o.expert_bytes = expert_bytes_of(a->model);
+    if (!a->budgets.empty() && a->o.expert_bytes == 0)
+      fail("replay: --budget ", a->budgets.front(), " needs --expert-bytes or --model");
     const auto trace = route::TraceReader::open(a->trace);
     const auto& h = trace.header();
+    if (route_m->count() == 0 && h.top_m > 0)
+      std::erase_if(a->o.ccr_m, [&](int m) { return m > h.top_m; });
     for (const auto& b : a->budgets) {
-      if (a->o.expert_bytes == 0) fail("replay: --budget ", b, " needs --expert-bytes or --model");
       const uint64_t slots = parse_size(b, "--budget") / (a->o.expert_bytes * uint64_t(h.n_layers));
       if (slots < uint64_t(h.top_k))
         fail("replay: --budget ", b, " holds ", slots, " experts per layer, fewer than top_k ", h.top_k);
