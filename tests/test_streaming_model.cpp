@@ -17,11 +17,14 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "decode/generate.h"
 #include "experts/pack.h"
 #include "gguf/gguf.h"
 #include "gguf_test_util.h"
 #include "model/model.h"
 #include "synth/synth.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab.h"
 #include "util/error.h"
 
 namespace strata::model {
@@ -37,12 +40,16 @@ struct TinyModel {
 
 TinyModel synth_with_pack(const TempDir& dir, const std::string& arch, uint64_t seed,
                           std::vector<std::pair<std::string, std::string>> sets = {},
-                          std::optional<int64_t> experts = std::nullopt) {
+                          std::optional<int64_t> experts = std::nullopt,
+                          std::optional<int64_t> experts_used = std::nullopt,
+                          const std::string& trunk_type = "") {
   synth::SynthOptions o;
   o.arch = arch;
   o.preset = "tiny";
   o.expert_type = "q4_k";
+  o.trunk_type = trunk_type;
   o.experts = experts;
+  o.experts_used = experts_used;
   o.sets = std::move(sets);
   o.output = dir.file(arch + "-" + std::to_string(seed) + ".gguf");
   o.progress = false;
@@ -64,16 +71,22 @@ std::vector<int32_t> some_tokens(int64_t n, int64_t vocab) {
   return t;
 }
 
-struct Run {
+struct Generated {
   std::vector<float> logits;    // the prefill window's rows, then each decode step's
   std::vector<int32_t> tokens;  // greedy
+  // Every layer's MoE output ("moe_out-L" dumps), in order: the quantized activations of the
+  // next matmuls absorb most last-bit differences before they reach the logits.
+  std::vector<float> moe_out;
 };
 
 // A 64-row prefill window, then `steps` greedy one-row windows.
-Run generate(Model& m, int64_t steps) {
+Generated generate(Model& m, int64_t steps) {
+  Generated r;
+  m.set_dump([&](const std::string& name, const std::vector<float>& rows, int64_t) {
+    if (name.starts_with("moe_out")) r.moe_out.insert(r.moe_out.end(), rows.begin(), rows.end());
+  });
   State st = m.new_state(128);
   const auto prompt = some_tokens(64, m.config().n_vocab);
-  Run r;
   r.logits = m.forward(prompt, st, LogitsMode::All);
   std::vector<float> last(r.logits.end() - m.config().n_vocab, r.logits.end());
   for (int64_t i = 0; i < steps; ++i) {
@@ -82,6 +95,7 @@ Run generate(Model& m, int64_t steps) {
     last = m.forward(std::span(&id, 1), st, LogitsMode::Last);
     r.logits.insert(r.logits.end(), last.begin(), last.end());
   }
+  m.set_dump({});
   return r;
 }
 
@@ -100,11 +114,13 @@ std::string error_of(const std::function<void()>& fn) {
 
 void expect_streamed_equals_mapped(const std::string& arch) {
   TempDir dir;
-  const TinyModel tiny = synth_with_pack(dir, arch, 11);
+  // Top-4: with two ranks a sum is the same in either order, with four a combine out of rank
+  // order would show. An f32 trunk carries last-bit differences through to the logits.
+  const TinyModel tiny = synth_with_pack(dir, arch, 11, {}, std::nullopt, 4, "f32");
   backend::CpuBackend ref_be(1);
   auto mapped = Model::load(tiny.gguf, ref_be);
   ASSERT_EQ(mapped->experts_description(), "mapped from the GGUF");
-  const Run want = generate(*mapped, 6);
+  const Generated want = generate(*mapped, 6);
 
   for (int64_t slots : {int64_t(2), int64_t(3), int64_t(5), int64_t(12), tiny.records}) {
     for (int threads : {1, 2}) {
@@ -117,14 +133,16 @@ void expect_streamed_equals_mapped(const std::string& arch) {
         o.read_ahead = read_ahead;
         auto streamed = Model::load(tiny.gguf, be, o);
         EXPECT_NE(streamed->experts_description().find("streamed from"), std::string::npos);
-        const Run got = generate(*streamed, 6);
+        const Generated got = generate(*streamed, 6);
         EXPECT_EQ(got.tokens, want.tokens);
         EXPECT_TRUE(bitwise_equal(got.logits, want.logits));
+        EXPECT_TRUE(bitwise_equal(got.moe_out, want.moe_out));
         const experts::CacheStats s = *streamed->expert_stats();
         EXPECT_GT(s.misses, 0u);
         if (slots < tiny.records) EXPECT_GT(s.evictions, 0u);
         if (slots <= 3) EXPECT_GT(s.chunked_layers, 0u) << "the 64-row window needs chunks";
         if (read_ahead && slots == tiny.records) EXPECT_GT(s.read_ahead_routed, 0u);
+        if (read_ahead && slots >= 12) EXPECT_GT(s.read_ahead_reads, 0u);
         if (!read_ahead) EXPECT_EQ(s.read_ahead_reads, 0u);
       }
     }
@@ -137,6 +155,15 @@ TEST(StreamingModel, Qwen3MoeStreamedEqualsMappedBitwiseAtEveryBudget) {
 
 TEST(StreamingModel, Qwen3NextStreamedEqualsMappedBitwiseAtEveryBudget) {
   expect_streamed_equals_mapped("qwen3next");
+}
+
+// Both have an MTP block: the pack holds one more layer than the forward routes through.
+TEST(StreamingModel, Qwen35MoeStreamedEqualsMappedBitwiseAtEveryBudget) {
+  expect_streamed_equals_mapped("qwen35moe");
+}
+
+TEST(StreamingModel, Qwen4ExpStreamedEqualsMappedBitwiseAtEveryBudget) {
+  expect_streamed_equals_mapped("qwen4exp");
 }
 
 TEST(StreamingModel, ACorruptRecordIsAClearErrorFromGeneration) {
@@ -187,6 +214,69 @@ TEST(StreamingModel, AMissingOrStalePackIsAClearErrorAtLoad) {
   EXPECT_NE(err.find("strata pack"), std::string::npos) << err;
   // Without a budget a full GGUF whose experts fit memory simply maps them.
   EXPECT_EQ(Model::load(a.gguf, be)->experts_description(), "mapped from the GGUF");
+}
+
+TEST(StreamingModel, ATrunkOnlyGgufStreamsFromItsPackByDefault) {
+  TempDir dir;
+  const TinyModel full = synth_with_pack(dir, "qwen3next", 16);
+  synth::SynthOptions o;
+  o.arch = "qwen3next";
+  o.preset = "tiny";
+  o.expert_type = "q4_k";
+  o.output = dir.file("trunk.gguf");
+  o.progress = false;
+  o.seed = 16;
+  o.pack = true;
+  synth::run_synth(o);
+  ASSERT_FALSE(experts::has_expert_stacks(*gguf::Reader::open(o.output)));
+
+  backend::CpuBackend be(2);
+  const Generated want = generate(*Model::load(full.gguf, be), 4);
+  auto trunk = Model::load(o.output, be);
+  EXPECT_NE(trunk->experts_description().find("streamed from"), std::string::npos)
+      << trunk->experts_description();
+  const Generated got = generate(*trunk, 4);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_TRUE(bitwise_equal(got.logits, want.logits));
+  trunk.reset();
+
+  std::filesystem::remove(o.output + ".experts");
+  const std::string err = error_of([&] { Model::load(o.output, be); });
+  EXPECT_NE(err.find("not found"), std::string::npos) << err;
+  EXPECT_NE(err.find("holds no expert tensors"), std::string::npos) << err;
+}
+
+TEST(StreamingModel, GenerationTelemetryReportsTheCacheOnlyWhenExpertsStream) {
+  TempDir dir;
+  const TinyModel tiny = synth_with_pack(dir, "qwen3moe", 17);
+  backend::CpuBackend be(1);
+  decode::GenerateParams params;
+  params.max_tokens = 6;
+  params.sampling.temperature = 0;
+  std::vector<int32_t> prompt = some_tokens(8, 500);
+
+  auto mapped = Model::load(tiny.gguf, be);
+  const tokenizer::Tokenizer tok(tokenizer::read_vocab_metadata(mapped->reader()));
+  decode::Session plain(*mapped, tok, {.n_ctx = 64});
+  const decode::Telemetry none = plain.generate(prompt, params, {}).telemetry;
+  EXPECT_FALSE(none.cache_hit_rate);
+  EXPECT_FALSE(none.ssd_gb_per_s);
+  EXPECT_FALSE(none.stall_ms_per_token);
+
+  experts::SourceOptions o;
+  o.budget_bytes = 3 * tiny.slot_bytes;
+  auto streamed = Model::load(tiny.gguf, be, o);
+  decode::Session session(*streamed, tok, {.n_ctx = 64});
+  const decode::GenerateResult r = session.generate(prompt, params, {});
+  ASSERT_GT(r.telemetry.decode_steps, 0);
+  ASSERT_TRUE(r.telemetry.cache_hit_rate);
+  EXPECT_GE(*r.telemetry.cache_hit_rate, 0.0);
+  EXPECT_LE(*r.telemetry.cache_hit_rate, 1.0);
+  ASSERT_TRUE(r.telemetry.ssd_gb_per_s);
+  EXPECT_GT(*r.telemetry.ssd_gb_per_s, 0.0) << "3 slots for 32 experts: decode reads records";
+  ASSERT_TRUE(r.telemetry.stall_ms_per_token);
+  EXPECT_GE(*r.telemetry.stall_ms_per_token, 0.0);
+  EXPECT_NE(decode::format_telemetry(r.telemetry).find("cache hit "), std::string::npos);
 }
 
 // VmRSS of this process in bytes.
