@@ -53,7 +53,7 @@ class Arena {
     int n_experts = 0;
     size_t slot_bytes = 0;  // rounded up to kSlotAlignment
     size_t n_slots = 0;
-    size_t reserve = 0;     // < n_slots
+    size_t reserve = 0;  // < n_slots
   };
   // Throws strata::Error on a bad shape or when the memory cannot be mapped.
   explicit Arena(const Options& options);

@@ -71,16 +71,15 @@ CacheStats CacheStats::since(const CacheStats& e) const {
 
 std::string CacheStats::summary() const {
   char buf[320];
-  std::snprintf(buf, sizeof buf,
-                "expert cache: %llu hits, %llu misses (%.1f%%), %.1f MB read at %.2f GB/s, stall "
-                "%.1f ms, read-ahead %llu reads guessed %.1f%% of routed experts, %llu chunked "
-                "layers, %llu evictions",
-                (unsigned long long)hits, (unsigned long long)misses, hit_rate() * 100.0,
-                double(bytes_read) / 1e6,
-                read_seconds > 0 ? double(bytes_read) / read_seconds / 1e9 : 0.0,
-                stall_seconds * 1e3, (unsigned long long)read_ahead_reads,
-                read_ahead_accuracy() * 100.0, (unsigned long long)chunked_layers,
-                (unsigned long long)evictions);
+  std::snprintf(
+      buf, sizeof buf,
+      "expert cache: %llu hits, %llu misses (%.1f%%), %.1f MB read at %.2f GB/s, stall "
+      "%.1f ms, read-ahead %llu reads guessed %.1f%% of routed experts, %llu chunked "
+      "layers, %llu evictions",
+      (unsigned long long)hits, (unsigned long long)misses, hit_rate() * 100.0,
+      double(bytes_read) / 1e6, read_seconds > 0 ? double(bytes_read) / read_seconds / 1e9 : 0.0,
+      stall_seconds * 1e3, (unsigned long long)read_ahead_reads, read_ahead_accuracy() * 100.0,
+      (unsigned long long)chunked_layers, (unsigned long long)evictions);
   return buf;
 }
 

@@ -25,12 +25,12 @@ namespace strata::experts {
 
 // What the expert cache did, cumulative since it started (the mapped source has none).
 struct CacheStats {
-  uint64_t hits = 0;    // routed (layer, expert) lookups of a window found resident
-  uint64_t misses = 0;  // ... read urgently
-  uint64_t bytes_read = 0;     // record bytes delivered by the reader (misses and read-ahead)
-  double read_seconds = 0;     // reader wall time with a read in flight
-  double stall_seconds = 0;    // forward time spent waiting for records
-  uint64_t read_ahead_reads = 0;      // read-ahead requests queued
+  uint64_t hits = 0;              // routed (layer, expert) lookups of a window found resident
+  uint64_t misses = 0;            // ... read urgently
+  uint64_t bytes_read = 0;        // record bytes delivered by the reader (misses and read-ahead)
+  double read_seconds = 0;        // reader wall time with a read in flight
+  double stall_seconds = 0;       // forward time spent waiting for records
+  uint64_t read_ahead_reads = 0;  // read-ahead requests queued
   uint64_t read_ahead_predicted = 0;  // routed experts of a layer that its read-ahead guess named
   uint64_t read_ahead_routed = 0;     // routed experts of layers that had a guess
   uint64_t chunked_layers = 0;        // layer windows computed in more than one group

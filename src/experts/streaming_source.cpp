@@ -76,8 +76,8 @@ StreamingSource::StreamingSource(std::vector<Layout> layouts, int n_experts,
                                  uint64_t max_record_bytes, std::unique_ptr<RecordIo> io,
                                  const StreamingOptions& o)
     : layouts_(std::move(layouts)), n_experts_(n_experts), read_ahead_(o.read_ahead) {
-  const uint64_t slot =
-      (max_record_bytes + Arena::kSlotAlignment - 1) / Arena::kSlotAlignment * Arena::kSlotAlignment;
+  const uint64_t slot = (max_record_bytes + Arena::kSlotAlignment - 1) / Arena::kSlotAlignment *
+                        Arena::kSlotAlignment;
   if (slot == 0) fail("expert cache: the pack's records are empty");
   if (o.budget_bytes < slot)
     fail("--expert-budget ", format_byte_size(o.budget_bytes), " is below one expert record (",
@@ -165,14 +165,14 @@ void StreamingSource::layer(int il, const backend::Routing& routing, const Group
       fail("expert cache: expert id ", e, " at layer ", il, " is outside the pack's ", n_experts_,
            " experts");
   if (guess_layer_ == il) {
-    for (int32_t e : ids) stats_.read_ahead_predicted += std::binary_search(guess_.begin(), guess_.end(), e);
+    for (int32_t e : ids)
+      stats_.read_ahead_predicted += std::binary_search(guess_.begin(), guess_.end(), e);
     stats_.read_ahead_routed += ids.size();
     guess_layer_ = -1;
   }
 
   // Resident experts first, so the first group holds them before any miss can evict one.
   std::vector<int32_t> order;
-  std::vector<bool> pinned_hit;
   for (int32_t e : ids)
     if (arena_->slot_of(il, e) != Arena::kMiss) order.push_back(e);
   const size_t n_hits = order.size();
@@ -206,7 +206,8 @@ void StreamingSource::layer(int il, const backend::Routing& routing, const Group
       ~Release() { arena.release_holds(); }
     } release{*arena_};
     acquire(il, g);
-    for (int32_t e : g) weights_[size_t(e)] = layout.weights(arena_->slot_data(arena_->slot_of(il, e)));
+    for (int32_t e : g)
+      weights_[size_t(e)] = layout.weights(arena_->slot_data(arena_->slot_of(il, e)));
     fn({weights_, g, groups.size() == 1});
     for (int32_t e : g) weights_[size_t(e)] = {};
   }
@@ -231,7 +232,8 @@ void StreamingSource::read_ahead(int il, const backend::Routing& guess) {
 }
 
 bool StreamingSource::residency(int layer, std::span<uint8_t> out) const {
-  for (size_t e = 0; e < out.size(); ++e) out[e] = arena_->slot_of(layer, int(e)) != Arena::kMiss ? 1 : 0;
+  for (size_t e = 0; e < out.size(); ++e)
+    out[e] = arena_->slot_of(layer, int(e)) != Arena::kMiss ? 1 : 0;
   return true;
 }
 
@@ -246,8 +248,8 @@ size_t StreamingSource::pin(std::span<const ExpertKey> ranked, size_t max_pins) 
   for (const ExpertKey& k : ranked) {
     if (loaded.size() >= limit) break;
     if (k.layer < 0 || size_t(k.layer) >= layouts_.size() || k.expert < 0 || k.expert >= n_experts_)
-      fail("expert cache: cannot pin (layer ", k.layer, ", expert ", k.expert, "): outside the pack's ",
-           layouts_.size(), " layers x ", n_experts_, " experts");
+      fail("expert cache: cannot pin (layer ", k.layer, ", expert ", k.expert,
+           "): outside the pack's ", layouts_.size(), " layers x ", n_experts_, " experts");
     int32_t s = arena_->slot_of(k.layer, k.expert);
     if (s != Arena::kMiss && arena_->pinned(s)) continue;
     if (s == Arena::kMiss) {

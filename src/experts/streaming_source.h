@@ -31,8 +31,8 @@ class RecordIo {
  public:
   using Id = uint64_t;  // 0 is never an id
   struct Counters {
-    uint64_t bytes = 0;        // record bytes delivered, checksums verified
-    double busy_seconds = 0;   // wall time with a read in flight
+    uint64_t bytes = 0;       // record bytes delivered, checksums verified
+    double busy_seconds = 0;  // wall time with a read in flight
   };
 
   virtual ~RecordIo() = default;
