@@ -6,8 +6,15 @@
 #include <chrono>
 #include <cstdio>
 
+#include "backend/cpu/cpu_backend.h"
+#include "decode/generate.h"
+#include "decode/tool_calls.h"
+#include "gguf_test_util.h"
+#include "model/model.h"
+#include "synth/synth.h"
 #include "test_json_constraint_util.h"
 #include "test_tokenizer_util.h"
+#include "tokenizer/vocab.h"
 #include "util/error.h"
 
 namespace strata::decode {
@@ -330,6 +337,28 @@ TEST(JsonConstraintGenerate, QwenVocabularyOutputsParseAndValidate) {
       check_document(out.text, schemas[k]);
     }
   }
+  // Forced tool calls, whose tags are Qwen's added tokens.
+  const json tools = json::parse(R"([{"type":"function","function":{"name":"lookup","parameters":{"type":"object",
+      "properties":{"q":{"type":"string","maxLength":10},"k":{"type":"integer","minimum":1,"maximum":5}},
+      "required":["q"],"additionalProperties":false}}},{"type":"function","function":{"name":"now"}}])");
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    const auto out = generate_constrained(vocab, JsonGrammar::tool_calls(tools, std::nullopt, seed % 2 == 0), seed,
+                                          150, seed < 2);
+    ++runs;
+    steps += out.steps + out.completed;
+    seconds += out.apply_seconds;
+    if (!out.completed) continue;
+    ++completed;
+    ToolCallParser parser;
+    parser.feed(out.text);
+    parser.finish();
+    EXPECT_FALSE(parser.malformed()) << out.text;
+    ASSERT_FALSE(parser.tool_calls().empty()) << out.text;
+    for (const auto& call : parser.tool_calls()) {
+      const json params = call.name == "lookup" ? tools[0]["function"]["parameters"] : json{{"type", "object"}};
+      EXPECT_FALSE(validate_json_schema(params, json::parse(call.arguments))) << out.text;
+    }
+  }
   EXPECT_GT(completed, runs / 2) << completed << " of " << runs;
   std::printf("{\"qwen_vocab\": %zu, \"vocab_index_ms\": %.1f, \"apply_steps\": %zu, \"apply_ms_per_step\": %.3f}\n",
               vocab.size(), build_ms, steps, 1000.0 * seconds / double(steps));
@@ -353,6 +382,56 @@ TEST(JsonConstraintGenerate, QwenVocabularyOutputsParseAndValidate) {
     EXPECT_GT(allowed, 0u) << prefix;
     std::printf("{\"after\": %s, \"allowed_tokens\": %zu, \"apply_ms\": %.3f}\n", json(prefix).dump().c_str(),
                 allowed, ms);
+  }
+}
+
+// The constraint through decode::Session's hooks on a tiny random-weight model. Both grammars
+// admit only documents of bounded length (no free strings or arrays, whitespace runs bounded),
+// so every run must end with the end token on a valid document.
+TEST(JsonConstraintSession, GeneratesValidDocumentsThroughTheHooks) {
+  const gguf::testing::TempDir dir;
+  synth::SynthOptions o;
+  o.arch = "qwen35moe";
+  o.preset = "tiny";
+  o.output = dir.file("tiny.gguf");
+  o.progress = false;
+  o.seed = 3;
+  synth::run_synth(o);
+  backend::CpuBackend backend(1);
+  const auto model = model::Model::load(o.output, backend);
+  const tokenizer::Tokenizer tok(tokenizer::read_vocab_metadata(model->reader()));
+  const JsonVocab vocab(tok);
+  const json schema = json::parse(R"({"type":"object","properties":{"ok":{"type":"boolean"},
+      "n":{"type":"integer","minimum":0,"maximum":99},"tag":{"enum":["x","y z"]}},
+      "required":["ok","n","tag"],"additionalProperties":false})");
+  const json tools = json::parse(R"([{"type":"function","function":{"name":"set","parameters":{"type":"object",
+      "properties":{"on":{"type":"boolean"}},"required":["on"],"additionalProperties":false}}}])");
+  const auto prompt_ids = tok.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  const std::vector<int32_t> prompt(prompt_ids.begin(), prompt_ids.end());
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    const bool tool = seed % 2 == 1;
+    JsonConstraint constraint(vocab, tool ? JsonGrammar::tool_calls(tools, std::nullopt, false)
+                                          : JsonGrammar::from_schema(schema));
+    GenerateParams params;
+    params.max_tokens = 400;
+    params.sampling.temperature = 1.0f;
+    params.sampling.seed = seed;
+    params.logits_filter = [&](std::span<float> logits) { constraint.apply(logits); };
+    params.on_token = [&](int32_t id) { constraint.accept(id); };
+    Session session(*model, tok, {.n_ctx = 512});
+    const GenerateResult r = session.generate(prompt, params, {});
+    ASSERT_EQ(r.finish, FinishReason::Eos) << r.text;
+    EXPECT_TRUE(constraint.complete());
+    if (tool) {
+      ToolCallParser parser;
+      parser.feed(r.text);
+      parser.finish();
+      ASSERT_EQ(parser.tool_calls().size(), 1u) << r.text;
+      EXPECT_EQ(parser.tool_calls()[0].name, "set");
+      EXPECT_FALSE(validate_json_schema(tools[0]["function"]["parameters"], json::parse(parser.tool_calls()[0].arguments)));
+    } else {
+      check_document(r.text, schema);
+    }
   }
 }
 
