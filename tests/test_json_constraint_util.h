@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "decode/json_constraint.h"
 #include "decode/sampler.h"

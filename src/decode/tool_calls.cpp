@@ -1,6 +1,8 @@
 #include "decode/tool_calls.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 #include <xxhash.h>
 #include <nlohmann/json.hpp>
