@@ -2,23 +2,28 @@
 // expert cache computes exactly what the all-in-RAM model computes. On synthetic tiny models,
 // greedy tokens and every logit are bitwise equal for budgets from two experts' worth up to all
 // of them, on 1 and 2 threads, with read-ahead on and off, for a 64-row prefill window and the
-// one-row decode windows after it. Also: a corrupt record is a clear error from generation, a
+// one-row decode windows after it; reads finishing in a shuffled order change neither the results
+// nor which slot each expert lands in. Also: a corrupt record is a clear error from generation, a
 // missing or stale pack is a clear error at load, and the process's memory stays within trunk +
 // budget + a small overhead while experts far larger than the budget stream through.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "decode/generate.h"
+#include "experts/expert_reader.h"
 #include "experts/pack.h"
+#include "experts/streaming_source.h"
 #include "gguf/gguf.h"
 #include "gguf_test_util.h"
 #include "model/model.h"
@@ -277,6 +282,62 @@ TEST(StreamingModel, GenerationTelemetryReportsTheCacheOnlyWhenExpertsStream) {
   ASSERT_TRUE(r.telemetry.stall_ms_per_token);
   EXPECT_GE(*r.telemetry.stall_ms_per_token, 0.0);
   EXPECT_NE(decode::format_telemetry(r.telemetry).find("cache hit "), std::string::npos);
+}
+
+// Reads that finish in a shuffled order: each waits a pseudo-random 0..2 ms first.
+class JitteryIo : public experts::FileIo {
+ public:
+  explicit JitteryIo(uint64_t seed) : state_(seed) {}
+  const char* name() const override { return "jittery pread"; }
+  ssize_t pread(int fd, void* dst, size_t length, uint64_t offset) override {
+    state_ = state_ * 6364136223846793005ull + 1442695040888963407ull;
+    std::this_thread::sleep_for(std::chrono::microseconds((state_ >> 33) % 2000));
+    return FileIo::pread(fd, dst, length, offset);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+TEST(StreamingModel, ReadTimingChangesNeitherResultsNorWhereExpertsLand) {
+  TempDir dir;
+  const TinyModel tiny = synth_with_pack(dir, "qwen3moe", 18, {}, std::nullopt, 4, "f32");
+  struct Outcome {
+    Generated run;
+    std::vector<int32_t> smap;
+    experts::CacheStats stats;
+  };
+  auto run_with = [&](experts::ReaderOptions reader) {
+    backend::CpuBackend be(2);
+    auto m = Model::load(tiny.gguf, be);
+    experts::StreamingOptions o;
+    o.budget_bytes = 7 * tiny.slot_bytes;
+    o.reserve = 2;
+    o.reader = std::move(reader);
+    auto source =
+        std::make_unique<experts::StreamingSource>(experts::Pack::open(tiny.gguf + ".experts"), o);
+    const experts::StreamingSource& src = *source;
+    m->set_expert_source(std::move(source), "streamed (test)");
+    Outcome out{generate(*m, 6), {}, *src.stats()};
+    for (int l = 0; l < int(m->config().n_blocks()); ++l)
+      for (int e = 0; e < int(m->config().n_expert); ++e)
+        out.smap.push_back(src.arena().slot_of(l, e));
+    return out;
+  };
+  const Outcome plain = run_with({});
+  experts::ReaderOptions jittery;
+  jittery.threads = 5;
+  jittery.urgent_threads = 1;
+  jittery.io = [n = uint64_t(1)]() mutable { return std::make_unique<JitteryIo>(n++); };
+  const Outcome shuffled = run_with(jittery);
+  EXPECT_TRUE(bitwise_equal(plain.run.logits, shuffled.run.logits));
+  EXPECT_EQ(plain.smap, shuffled.smap);
+  EXPECT_EQ(plain.stats.hits, shuffled.stats.hits);
+  EXPECT_EQ(plain.stats.misses, shuffled.stats.misses);
+  EXPECT_EQ(plain.stats.evictions, shuffled.stats.evictions);
+  EXPECT_EQ(plain.stats.early_retirements, shuffled.stats.early_retirements);
+  EXPECT_EQ(plain.stats.read_ahead_reads, shuffled.stats.read_ahead_reads);
+  EXPECT_GT(plain.stats.evictions, 0u);
 }
 
 // VmRSS of this process in bytes.
