@@ -139,7 +139,7 @@ void StreamingSource::end_window() {
   guess_layer_ = -1;
 }
 
-void StreamingSource::acquire(int il, std::span<const int32_t> ids) {
+void StreamingSource::start(int il, std::span<const int32_t> ids) {
   for (int32_t e : ids) {
     int32_t s = arena_->slot_of(il, e);
     if (s != Arena::kMiss) {
@@ -153,7 +153,15 @@ void StreamingSource::acquire(int il, std::span<const int32_t> ids) {
     }
     arena_->hold(s);
   }
+}
+
+void StreamingSource::run(int il, std::span<const int32_t> ids, bool whole, const GroupFn& fn) {
   for (int32_t e : ids) finish_read(arena_->slot_of(il, e));
+  const Layout& layout = layouts_[size_t(il)];
+  for (int32_t e : ids)
+    weights_[size_t(e)] = layout.weights(arena_->slot_data(arena_->slot_of(il, e)));
+  fn({weights_, ids, whole});
+  for (int32_t e : ids) weights_[size_t(e)] = {};
 }
 
 void StreamingSource::layer(int il, const backend::Routing& routing, const GroupFn& fn) {
@@ -196,20 +204,30 @@ void StreamingSource::layer(int il, const backend::Routing& routing, const Group
     groups.back().push_back(e);
     cost += c;
   }
-  for (auto& g : groups) std::sort(g.begin(), g.end());
   if (groups.size() > 1) ++stats_.chunked_layers;
 
-  const Layout& layout = layouts_[size_t(il)];
-  for (const auto& g : groups) {
-    struct Release {
-      Arena& arena;
-      ~Release() { arena.release_holds(); }
-    } release{*arena_};
-    acquire(il, g);
-    for (int32_t e : g)
-      weights_[size_t(e)] = layout.weights(arena_->slot_data(arena_->slot_of(il, e)));
-    fn({weights_, g, groups.size() == 1});
-    for (int32_t e : g) weights_[size_t(e)] = {};
+  struct Release {
+    Arena& arena;
+    ~Release() { arena.release_holds(); }
+  } release{*arena_};
+  if (groups.size() == 1 && n_hits > 0 && n_hits < ids.size()) {
+    // Resident first (DESIGN.md, "The decode window"): the misses' reads go out, then the
+    // residents are computed while they land, then the misses.
+    std::vector<int32_t> hits(order.begin(), order.begin() + ptrdiff_t(n_hits));
+    std::vector<int32_t> misses(order.begin() + ptrdiff_t(n_hits), order.end());
+    std::sort(hits.begin(), hits.end());
+    std::sort(misses.begin(), misses.end());
+    start(il, hits);
+    start(il, misses);
+    run(il, hits, false, fn);
+    run(il, misses, false, fn);
+    return;
+  }
+  for (auto& g : groups) {
+    std::sort(g.begin(), g.end());
+    start(il, g);
+    run(il, g, groups.size() == 1, fn);
+    arena_->release_holds();
   }
 }
 

@@ -4,8 +4,9 @@
 //
 // Per layer of a window: the distinct experts the routing names are looked up in smap; hits are
 // touched in the LRU, misses get a slot and an urgent read, and the forward waits for them (the
-// handshake). When the budget cannot hold them all at once (a long prefill window touching every
-// expert of a layer), they are handed out in groups that fit; the model computes each group's
+// handshake); when some are resident and the rest fit too, the residents are computed while the
+// misses are read. When the budget cannot hold them all at once (a long prefill window touching
+// every expert of a layer), they are handed out in groups that fit; the model computes each group's
 // pairs and combines all pairs afterwards in rank order, so the output is bitwise the
 // all-resident output. Read-ahead guesses (the next layer's router on this layer's input) become
 // low-priority reads. Every residency decision is made on the forward thread in routing order,
@@ -88,8 +89,10 @@ class StreamingSource : public ExpertSource {
   void settle(int32_t slot);
   // Waits for the slot's read, if any; a failed read leaves the slot empty and throws.
   void finish_read(int32_t slot);
-  // Makes `ids` of `layer` resident and held (reads urgent, waits for them).
-  void acquire(int layer, std::span<const int32_t> ids);
+  // Holds `ids` of `layer`, giving each miss a slot and an urgent read.
+  void start(int layer, std::span<const int32_t> ids);
+  // Waits for their reads and hands them to fn as one group.
+  void run(int layer, std::span<const int32_t> ids, bool whole, const GroupFn& fn);
 
   std::unique_ptr<Pack> pack_;  // when the source owns it: outlives io_
   std::vector<Layout> layouts_;
