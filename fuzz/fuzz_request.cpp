@@ -22,7 +22,12 @@ void check_error(const ApiError& e) {
 }
 
 void check_generation(const GenerationRequest& r) {
-  r.gen.validate();  // throws strata::Error (not caught: a crash) if parsing let a bad value by
+  // What GenerateParams::validate would refuse must never get past parsing; a strata::Error
+  // escaping here is reported as a crash.
+  r.gen.sampling.validate();
+  if (r.gen.max_tokens < 1) __builtin_trap();
+  for (const auto& s : r.gen.stop)
+    if (s.empty()) __builtin_trap();
   if (r.include_usage && !r.stream) __builtin_trap();
   for (const auto& [id, bias] : r.logit_bias)
     if (id < 0 || id >= kLimits.n_vocab || bias < -100 || bias > 100) __builtin_trap();

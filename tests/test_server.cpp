@@ -17,7 +17,6 @@
 #include "decode/loaded_model.h"
 #include "gguf_test_util.h"
 #include "server/server.h"
-#include "synth/synth.h"
 #include "test_server_util.h"
 #include "tokenizer/vocab.h"
 
@@ -32,15 +31,8 @@ class ServerLoopback : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir;
-    synth::SynthOptions o;
-    o.arch = "qwen35moe";
-    o.preset = "tiny";
-    o.output = dir_->file("tiny.gguf");
-    o.progress = false;
-    o.seed = 11;
-    synth::run_synth(o);
     decode::LoadOptions load;
-    load.path = o.output;
+    load.path = testing::synth_tiny(*dir_);
     load.threads = 1;
     load.ctx = 4096;
     model_ = new decode::LoadedModel(load);

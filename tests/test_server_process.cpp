@@ -12,7 +12,6 @@
 #include <string>
 
 #include "gguf_test_util.h"
-#include "synth/synth.h"
 #include "test_server_util.h"
 
 namespace strata::server {
@@ -24,13 +23,7 @@ class ServeProcess : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir;
-    synth::SynthOptions o;
-    o.arch = "qwen35moe";
-    o.preset = "tiny";
-    o.output = dir_->file("tiny.gguf");
-    o.progress = false;
-    o.seed = 11;
-    synth::run_synth(o);
+    testing::synth_tiny(*dir_);
   }
   static void TearDownTestSuite() { delete dir_; }
 

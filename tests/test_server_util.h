@@ -17,7 +17,23 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gguf_test_util.h"
+#include "synth/synth.h"
+
 namespace strata::server::testing {
+
+// The tiny synthetic qwen35moe the server tests run on, written into `dir` as tiny.gguf (so its
+// model id is "tiny"). Returns the path.
+inline std::string synth_tiny(const gguf::testing::TempDir& dir) {
+  synth::SynthOptions o;
+  o.arch = "qwen35moe";
+  o.preset = "tiny";
+  o.output = dir.file("tiny.gguf");
+  o.progress = false;
+  o.seed = 11;
+  synth::run_synth(o);
+  return o.output;
+}
 
 // One HTTP/1.1 request on its own connection; the test reads the response piecemeal and may
 // close the connection at any point.

@@ -41,65 +41,53 @@ ResponseHeader new_header(const std::string& prefix, const std::string& model) {
 
 namespace {
 
-Json object_head(const ResponseHeader& h, const char* object) {
-  return {{"id", h.id}, {"object", object}, {"created", h.created}, {"model", h.model},
-          {"system_fingerprint", "strata"}};
+// A response object with one choice: `key` ("message", "delta" or "text") holds `value`; an empty
+// `finish` is null (a chunk before the last). `usage` null: none.
+Json with_choice(const ResponseHeader& h, const char* object, const char* key, const Json& value,
+                 const std::string& finish, const Json& usage) {
+  Json j = {{"id", h.id}, {"object", object}, {"created", h.created}, {"model", h.model},
+            {"system_fingerprint", "strata"}};
+  j["choices"] = Json::array({{{"index", 0},
+                               {key, value},
+                               {"logprobs", nullptr},
+                               {"finish_reason", finish.empty() ? Json() : Json(finish)}}});
+  if (!usage.is_null()) j["usage"] = usage;
+  return j;
 }
 
-Json finish_or_null(const std::string& finish) {
-  return finish.empty() ? Json() : Json(finish);
+// The usage-only chunk of stream_options.include_usage: no choices.
+Json usage_only(const ResponseHeader& h, const char* object, const Usage& usage) {
+  Json j = with_choice(h, object, "text", "", "", usage_json(usage));
+  j["choices"] = Json::array();
+  return j;
 }
 
 }  // namespace
 
 Json chat_completion(const ResponseHeader& h, const Json& message, const std::string& finish,
                      const Usage& usage) {
-  Json j = object_head(h, "chat.completion");
-  j["choices"] = Json::array(
-      {{{"index", 0}, {"message", message}, {"logprobs", nullptr}, {"finish_reason", finish}}});
-  j["usage"] = usage_json(usage);
-  return j;
+  return with_choice(h, "chat.completion", "message", message, finish, usage_json(usage));
 }
 
 Json chat_chunk(const ResponseHeader& h, const Json& delta, const std::string& finish) {
-  Json j = object_head(h, "chat.completion.chunk");
-  j["choices"] = Json::array({{{"index", 0},
-                               {"delta", delta},
-                               {"logprobs", nullptr},
-                               {"finish_reason", finish_or_null(finish)}}});
-  return j;
+  return with_choice(h, "chat.completion.chunk", "delta", delta, finish, nullptr);
 }
 
 Json chat_usage_chunk(const ResponseHeader& h, const Usage& usage) {
-  Json j = object_head(h, "chat.completion.chunk");
-  j["choices"] = Json::array();
-  j["usage"] = usage_json(usage);
-  return j;
+  return usage_only(h, "chat.completion.chunk", usage);
 }
 
 Json text_completion(const ResponseHeader& h, const std::string& text, const std::string& finish,
                      const Usage& usage) {
-  Json j = object_head(h, "text_completion");
-  j["choices"] = Json::array(
-      {{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}});
-  j["usage"] = usage_json(usage);
-  return j;
+  return with_choice(h, "text_completion", "text", text, finish, usage_json(usage));
 }
 
 Json text_chunk(const ResponseHeader& h, const std::string& text, const std::string& finish) {
-  Json j = object_head(h, "text_completion");
-  j["choices"] = Json::array({{{"index", 0},
-                               {"text", text},
-                               {"logprobs", nullptr},
-                               {"finish_reason", finish_or_null(finish)}}});
-  return j;
+  return with_choice(h, "text_completion", "text", text, finish, nullptr);
 }
 
 Json text_usage_chunk(const ResponseHeader& h, const Usage& usage) {
-  Json j = object_head(h, "text_completion");
-  j["choices"] = Json::array();
-  j["usage"] = usage_json(usage);
-  return j;
+  return usage_only(h, "text_completion", usage);
 }
 
 std::string to_text(const Json& j) {

@@ -198,16 +198,17 @@ std::shared_ptr<Job> Generation::start(const std::vector<int32_t>& prompt,
     case Scheduler::Admission::Closed:
       throw ApiError(503, "The server is shutting down.", "", "shutting_down", "server_error");
   }
-  if (job->wait_started(deadline) == Job::Phase::Queued || job->dropped()) {
-    job->cancel();
-    if (job->dropped() && !job->expired())
-      throw ApiError(503, "The server is shutting down.", "", "shutting_down", "server_error");
-    throw ApiError(503,
-                   cat("The request waited ", options_.timeout_s,
-                       " s (--timeout) in the queue without starting."),
-                   "", "queue_timeout", "server_error");
-  }
-  return job;
+  const Job::Phase phase = job->wait_started(deadline);
+  // dropped() is settled only once the job is Done.
+  const bool never_ran = phase == Job::Phase::Queued || (phase == Job::Phase::Done && job->dropped());
+  if (!never_ran) return job;
+  job->cancel();
+  if (phase == Job::Phase::Done && !job->expired())
+    throw ApiError(503, "The server is shutting down.", "", "shutting_down", "server_error");
+  throw ApiError(503,
+                 cat("The request waited ", options_.timeout_s,
+                     " s (--timeout) in the queue without starting."),
+                 "", "queue_timeout", "server_error");
 }
 
 void Generation::chat(const httplib::Request& req, httplib::Response& res) {
