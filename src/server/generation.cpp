@@ -1,5 +1,6 @@
 #include "server/generation.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
@@ -133,7 +134,9 @@ Generation::Generation(decode::LoadedModel& model, Metrics& metrics, GenerationO
     : model_(model),
       metrics_(metrics),
       options_(std::move(options)),
-      limits_{options_.model_id, model.model().config().n_vocab},
+      // Ids the tokenizer can decode (a model's padded logit rows are not tokens).
+      limits_{options_.model_id,
+              std::min<int64_t>(model.model().config().n_vocab, int64_t(model.tokenizer().size()))},
       json_vocab_(model.tokenizer()),
       session_(model.model(), model.tokenizer(), {.n_ctx = model.ctx(), .snapshot_prompt = true}),
       scheduler_(options_.queue) {}
