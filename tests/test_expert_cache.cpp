@@ -448,6 +448,42 @@ TEST(ExpertCacheStreaming, ReadAheadQueuesLowPriorityReadsAndCountsItsGuesses) {
   EXPECT_TRUE(off.io->submitted.empty());
 }
 
+TEST(ExpertCacheStreaming, ReadAheadStopsReadingWhileItGuessesBadlyAndResumesWhenRight) {
+  // Six slots: layer 0 routes 2 and 3, layer 1 routes 0 and 1 (resident after the first window),
+  // which leaves two slots for what read-ahead guesses.
+  Harness h = streaming(6);
+  auto window = [&](std::vector<int32_t> guess, std::vector<int32_t> routed) {
+    h.source->begin_window();
+    h.source->layer(0, routing_of({2, 3}, 2), [&](const ExpertGroup&) {
+      h.source->read_ahead(1, routing_of(guess, 2));
+    });
+    run_layer(*h.source, 1, routing_of(std::move(routed), 2));
+    h.source->end_window();
+  };
+  // Wrong guesses, alternating so each one misses and is read while read-ahead still reads.
+  for (int i = 0; i < 60; ++i) window(i % 2 ? std::vector<int32_t>{4, 5} : std::vector<int32_t>{6, 7}, {0, 1});
+  const CacheStats wrong = *h.source->stats();
+  EXPECT_EQ(wrong.read_ahead_predicted, 0u);
+  EXPECT_GT(wrong.read_ahead_reads, 0u) << "read-ahead reads before it has scored enough";
+  EXPECT_GT(wrong.read_ahead_skipped, 0u);
+  for (int i = 0; i < 20; ++i) window(i % 2 ? std::vector<int32_t>{4, 5} : std::vector<int32_t>{6, 7}, {0, 1});
+  EXPECT_EQ(h.source->stats()->read_ahead_reads, wrong.read_ahead_reads)
+      << "no reads while the recent guesses are wrong";
+  EXPECT_EQ(h.source->stats()->read_ahead_skipped, wrong.read_ahead_skipped + 20);
+
+  // Right guesses (of resident experts: nothing to read) raise the recent accuracy again.
+  for (int i = 0; i < 100; ++i) window({0, 1}, {0, 1});
+  std::vector<int32_t> missing;
+  for (int32_t e = 4; e < 8; ++e)
+    if (h.source->arena().slot_of(1, e) == Arena::kMiss) missing.push_back(e);
+  ASSERT_GE(missing.size(), 2u);
+  missing.resize(2);
+  const uint64_t reads_before = h.source->stats()->read_ahead_reads;
+  window(missing, missing);
+  EXPECT_EQ(h.source->stats()->read_ahead_reads, reads_before + 2)
+      << "reads resume once the recent guesses are right";
+}
+
 TEST(ExpertCacheStreaming, AnUnusedReadAheadIsSettledBeforeItsSlotIsReused) {
   // Two slots, one in reserve: the guessed expert is evicted before use; its read is cancelled
   // when its slot leaves limbo, never left writing into a reused slot.

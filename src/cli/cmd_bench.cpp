@@ -66,6 +66,7 @@ nlohmann::ordered_json phase_json(int64_t tokens, double seconds, const std::opt
   j["bytes_missed_per_token"] = double(c.misses) * double(slot_bytes) * per_token;
   j["stall_ms_per_token"] = c.stall_seconds * 1e3 * per_token;
   j["read_ahead_accuracy"] = c.read_ahead_accuracy();
+  j["read_ahead_skipped"] = c.read_ahead_skipped;
   j["evictions"] = c.evictions;
   return j;
 }

@@ -63,6 +63,7 @@ CacheStats CacheStats::since(const CacheStats& e) const {
   d.read_ahead_reads = read_ahead_reads - e.read_ahead_reads;
   d.read_ahead_predicted = read_ahead_predicted - e.read_ahead_predicted;
   d.read_ahead_routed = read_ahead_routed - e.read_ahead_routed;
+  d.read_ahead_skipped = read_ahead_skipped - e.read_ahead_skipped;
   d.chunked_layers = chunked_layers - e.chunked_layers;
   d.evictions = evictions - e.evictions;
   d.early_retirements = early_retirements - e.early_retirements;
@@ -74,12 +75,12 @@ std::string CacheStats::summary() const {
   std::snprintf(
       buf, sizeof buf,
       "expert cache: %llu hits, %llu misses (%.1f%%), %.1f MB read at %.2f GB/s, stall "
-      "%.1f ms, read-ahead %llu reads guessed %.1f%% of routed experts, %llu chunked "
-      "layers, %llu evictions",
+      "%.1f ms, read-ahead %llu reads guessed %.1f%% of routed experts (%llu guesses not "
+      "read), %llu chunked layers, %llu evictions",
       (unsigned long long)hits, (unsigned long long)misses, hit_rate() * 100.0,
       double(bytes_read) / 1e6, read_seconds > 0 ? double(bytes_read) / read_seconds / 1e9 : 0.0,
       stall_seconds * 1e3, (unsigned long long)read_ahead_reads, read_ahead_accuracy() * 100.0,
-      (unsigned long long)chunked_layers, (unsigned long long)evictions);
+      (unsigned long long)read_ahead_skipped, (unsigned long long)chunked_layers, (unsigned long long)evictions);
   return buf;
 }
 

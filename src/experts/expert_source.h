@@ -33,6 +33,7 @@ struct CacheStats {
   uint64_t read_ahead_reads = 0;  // read-ahead requests queued
   uint64_t read_ahead_predicted = 0;  // routed experts of a layer that its read-ahead guess named
   uint64_t read_ahead_routed = 0;     // routed experts of layers that had a guess
+  uint64_t read_ahead_skipped = 0;    // guesses scored but not read: recent accuracy too low
   uint64_t chunked_layers = 0;        // layer windows computed in more than one group
   uint64_t evictions = 0;
   uint64_t early_retirements = 0;  // limbo retired before the window boundary (over budget)
@@ -42,7 +43,8 @@ struct CacheStats {
   // These counters minus `earlier`'s (the work between two snapshots).
   CacheStats since(const CacheStats& earlier) const;
   // "expert cache: 812 hits, 40 misses (95.3%), 8.6 MB read at 1.20 GB/s, stall 12.0 ms,
-  // read-ahead 31 reads guessed 77.5% of routed experts, 0 chunked layers, 71 evictions".
+  // read-ahead 31 reads guessed 77.5% of routed experts (0 guesses not read), 0 chunked layers,
+  // 71 evictions".
   std::string summary() const;
 };
 

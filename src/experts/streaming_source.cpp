@@ -12,6 +12,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Read-ahead self-check (see recent_predicted_): decay per scored layer, the scored routed
+// experts before it may switch reads off, and the accuracy below which it does.
+constexpr double kReadAheadDecay = 0.98;
+constexpr double kReadAheadWarmup = 64;
+constexpr double kReadAheadMinAccuracy = 0.25;
+
 class ReaderIo : public RecordIo {
  public:
   ReaderIo(const Pack& pack, const ReaderOptions& options) : reader_(pack, options) {}
@@ -173,9 +179,12 @@ void StreamingSource::layer(int il, const backend::Routing& routing, const Group
       fail("expert cache: expert id ", e, " at layer ", il, " is outside the pack's ", n_experts_,
            " experts");
   if (guess_layer_ == il) {
-    for (int32_t e : ids)
-      stats_.read_ahead_predicted += std::binary_search(guess_.begin(), guess_.end(), e);
+    uint64_t predicted = 0;
+    for (int32_t e : ids) predicted += std::binary_search(guess_.begin(), guess_.end(), e);
+    stats_.read_ahead_predicted += predicted;
     stats_.read_ahead_routed += ids.size();
+    recent_predicted_ = recent_predicted_ * kReadAheadDecay + double(predicted);
+    recent_routed_ = recent_routed_ * kReadAheadDecay + double(ids.size());
     guess_layer_ = -1;
   }
 
@@ -235,6 +244,11 @@ void StreamingSource::read_ahead(int il, const backend::Routing& guess) {
   if (!read_ahead_ || il < 0 || size_t(il) >= layouts_.size()) return;
   guess_ = distinct_experts(guess);
   guess_layer_ = il;
+  if (recent_routed_ >= kReadAheadWarmup &&
+      recent_predicted_ < kReadAheadMinAccuracy * recent_routed_) {
+    ++stats_.read_ahead_skipped;
+    return;
+  }
   std::vector<int32_t> missing;
   for (int32_t e : guess_)
     if (e >= 0 && e < n_experts_ && arena_->slot_of(il, e) == Arena::kMiss) missing.push_back(e);

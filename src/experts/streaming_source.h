@@ -105,6 +105,13 @@ class StreamingSource : public ExpertSource {
   std::vector<backend::ExpertWeights> weights_;  // n_experts, the current group's filled in
   std::vector<int32_t> guess_;                   // the last read-ahead guess, ascending ids
   int guess_layer_ = -1;
+  // Read-ahead accuracy over roughly the last 1/(1 - kReadAheadDecay) scored layers. Guesses are
+  // always scored; they are read only while this stays above kReadAheadMinAccuracy, so a router
+  // that guesses badly (a replayed trace the model's router knows nothing of) stops evicting
+  // useful experts, and starts reading again once its guesses improve. It depends on routing
+  // alone, never on I/O timing.
+  double recent_predicted_ = 0;
+  double recent_routed_ = 0;
   CacheStats stats_;
 };
 
