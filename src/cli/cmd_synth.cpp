@@ -28,8 +28,8 @@ void print_report(const synth::SynthReport& r, const std::string& path) {
                format_bytes(by_role[int(model::Role::Embedding)] + by_role[int(model::Role::Output)]).c_str(),
                format_bytes(by_role[int(model::Role::NgramTable)]).c_str());
   if (!r.plan.notes.empty())
-    std::fprintf(stderr, "  %zu tensors fell back to another type, e.g. %s\n", r.plan.notes.size(),
-                 r.plan.notes.front().c_str());
+    std::fprintf(stderr, "  %zu tensors fell back to another type or were padded, e.g. %s\n",
+                 r.plan.notes.size(), r.plan.notes.front().c_str());
   const uint64_t total = r.file_bytes + r.pack_bytes;
   std::fprintf(stderr, "  wrote %s in %.1f s (%.2f GB/s)\n", format_bytes(total).c_str(), r.seconds,
                r.seconds > 0 ? double(total) / r.seconds / 1e9 : 0.0);

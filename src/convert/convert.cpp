@@ -1,5 +1,6 @@
 #include "convert/convert.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -75,6 +76,15 @@ void assemble(const TensorPlan& p, int64_t r0, int64_t nr, float* out) {
   const size_t n = size_t(nr * p.cols);
   if (p.transform == Transform::PlusOne) for (size_t i = 0; i < n; ++i) out[i] += 1.0f;
   if (p.transform == Transform::NegExp) for (size_t i = 0; i < n; ++i) out[i] = -std::exp(out[i]);
+}
+
+// Spreads nr rows of `cols` floats (packed at the start of buf) to rows of `padded` floats, each
+// ending in zeros. Last row first, so no row is overwritten before it moves.
+void pad_rows(float* buf, int64_t nr, int64_t cols, int64_t padded) {
+  for (int64_t r = nr - 1; r >= 0; --r) {
+    std::memmove(buf + r * padded, buf + r * cols, size_t(cols) * sizeof(float));
+    std::fill(buf + r * padded + cols, buf + (r + 1) * padded, 0.0f);
+  }
 }
 
 // FP8 sources written as FP8_E4M3 keep their codes and tile scales: each 32-element block of an
@@ -162,6 +172,11 @@ quant::Type resolve_tensor_type(const model::TensorSpec& s, Type want, std::opti
   const auto fits = [&](Type t) { return s.shape[0] % quant::type_info(t).block_elems == 0; };
   if (fits(want)) return want;
   const char* wname = quant::type_name(want);
+  if (s.pad_rows_to_block) {
+    notes.push_back(cat(s.name, ": rows zero-padded to ne0 = ", model::stored_ne0(s, want), " (",
+                        wname, " does not divide ne0 = ", s.shape[0], ")"));
+    return want;
+  }
   if (!fallback || !fits(*fallback))
     fail("tensor ", s.name, ": ", wname, " packs ", quant::type_info(want).block_elems,
          " elements per block, which does not divide the row length ne0 = ", s.shape[0],
@@ -212,8 +227,9 @@ ConvertReport run_convert(const ConvertOptions& o) {
     if (p.spec.cls == model::TypeClass::Expert) req = expert;
     if (p.spec.cls == model::TypeClass::Ngram) req = ngram;
     types.push_back(resolve_tensor_type(p.spec, req, fallback, rep.notes));
-    w.add_tensor(p.spec.name, types.back(), p.spec.shape);
-    total += gguf::tensor_nbytes(types.back(), p.spec.shape);
+    const std::vector<int64_t> shape = model::stored_shape(p.spec, types.back());
+    w.add_tensor(p.spec.name, types.back(), shape);
+    total += gguf::tensor_nbytes(types.back(), shape);
   }
 
   std::optional<ProgressBar> bar;
@@ -225,22 +241,25 @@ ConvertReport run_convert(const ConvertOptions& o) {
   for (const TensorPlan& p : plans) {
     if (!p.present) continue;
     const Type type = types[ti++];
-    const size_t row_bytes = quant::row_bytes(type, p.cols);
-    const bool exact = fp8_exact(p, type);
-    int64_t chunk = std::max<int64_t>(1, int64_t(kChunkBytes / (size_t(p.cols) * 4)));
+    // A padded row (qwen4exp's down stack) is quantized from the row followed by zeros.
+    const int64_t cols = model::stored_ne0(p.spec, type);
+    const size_t row_bytes = quant::row_bytes(type, cols);
+    const bool exact = cols == p.cols && fp8_exact(p, type);
+    int64_t chunk = std::max<int64_t>(1, int64_t(kChunkBytes / (size_t(cols) * 4)));
     // FP8 tile scales span 128 rows: chunks start on tile boundaries.
     if (type == Type::FP8_E4M3) chunk = std::max<int64_t>(128, chunk / 128 * 128);
     chunk = std::min(chunk, p.rows);
     out.resize(size_t(chunk) * row_bytes);
-    if (!exact) f32.resize(size_t(chunk * p.cols));
+    if (!exact) f32.resize(size_t(chunk * cols));
     for (int64_t r0 = 0; r0 < p.rows; r0 += chunk) {
       const int64_t nr = std::min(chunk, p.rows - r0);
       if (exact) {
         reblock_fp8(p, r0, nr, reinterpret_cast<quant::BlockFP8*>(out.data()));
       } else {
         assemble(p, r0, nr, f32.data());
-        if (type == Type::FP8_E4M3) quant::quantize_fp8_e4m3_2d(f32.data(), nr, p.cols, out.data());
-        else quant::kernels(type).quantize(f32.data(), out.data(), nr * p.cols);
+        if (cols != p.cols) pad_rows(f32.data(), nr, p.cols, cols);
+        if (type == Type::FP8_E4M3) quant::quantize_fp8_e4m3_2d(f32.data(), nr, cols, out.data());
+        else quant::kernels(type).quantize(f32.data(), out.data(), nr * cols);
       }
       w.write(out.data(), size_t(nr) * row_bytes);
       if (bar) bar->advance(uint64_t(nr) * row_bytes);

@@ -98,9 +98,13 @@ Layout parse_layout(const uint8_t* e, const std::string& file, int layer) {
   if (l.up.rows != l.gate.rows || l.up.cols != l.gate.cols)
     fail(where, ": up is [", l.up.rows, " x ", l.up.cols, "], gate [", l.gate.rows, " x ",
          l.gate.cols, "]; they must match");
-  if (l.down.rows != l.gate.cols || l.down.cols != l.gate.rows)
+  // down's row may be zero-padded to whole blocks of its type (docs/ARCH_QWEN4EXP.md).
+  const int64_t down_block = quant::type_info(l.down.type).block_elems;
+  const int64_t padded = (l.gate.rows + down_block - 1) / down_block * down_block;
+  if (l.down.rows != l.gate.cols || (l.down.cols != l.gate.rows && l.down.cols != padded))
     fail(where, ": down is [", l.down.rows, " x ", l.down.cols, "], expected [", l.gate.cols, " x ",
-         l.gate.rows, "] (the transpose of gate)");
+         l.gate.rows, "] (the transpose of gate) or [", l.gate.cols, " x ", padded,
+         "] (rows zero-padded to whole blocks)");
   int order[3] = {0, 1, 2};
   std::sort(order, order + 3, [&](int a, int b) { return l.part(a).offset < l.part(b).offset; });
   for (int k = 1; k < 3; ++k) {

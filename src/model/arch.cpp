@@ -17,6 +17,18 @@ void SpecList::blk(const std::string& name, std::vector<int64_t> shape, Role rol
   add(cat("blk.", layer_, ".", name), std::move(shape), role, cls, init, required);
 }
 
+int64_t stored_ne0(const TensorSpec& s, quant::Type t) {
+  const int64_t block = quant::type_info(t).block_elems;
+  if (!s.pad_rows_to_block || s.shape[0] % block == 0) return s.shape[0];
+  return (s.shape[0] + block - 1) / block * block;
+}
+
+std::vector<int64_t> stored_shape(const TensorSpec& s, quant::Type t) {
+  std::vector<int64_t> shape = s.shape;
+  shape[0] = stored_ne0(s, t);
+  return shape;
+}
+
 std::vector<TensorSpec> tensor_specs(const ModelConfig& c) {
   switch (c.arch) {
     case Arch::Qwen4Exp: return qwen4exp_tensors(c);
@@ -51,9 +63,19 @@ void validate_tensors(const gguf::Reader& reader, const ModelConfig& c, bool exp
       if (s.required) fail(reader.path(), ": missing tensor ", s.name, " ", shape_str(s.shape));
       continue;
     }
-    if (t->shape != s.shape)
-      fail(reader.path(), ": tensor ", s.name, " has shape ", shape_str(t->shape), ", ",
-           arch_name(c.arch), " expects ", shape_str(s.shape));
+    if (t->shape != s.shape) {
+      const std::vector<int64_t> padded = stored_shape(s, t->type);
+      if (padded != s.shape && t->shape != padded)
+        fail(reader.path(), ": tensor ", s.name, " has shape ", shape_str(t->shape), ", ",
+             arch_name(c.arch), " expects ", shape_str(s.shape), " or, rows zero-padded to ",
+             quant::type_name(t->type), "'s ", quant::type_info(t->type).block_elems,
+             "-element blocks, ", shape_str(padded));
+      if (padded == s.shape)
+        fail(reader.path(), ": tensor ", s.name, " has shape ", shape_str(t->shape), ", ",
+             arch_name(c.arch), " expects ", shape_str(s.shape),
+             s.pad_rows_to_block ? cat(" (", quant::type_name(t->type), "'s block divides ne0: no padding)")
+                                 : std::string(" (only qwen4exp's ffn_down_exps may have padded rows)"));
+    }
     if (s.cls == TypeClass::Vector && t->type != quant::Type::F32 && t->type != quant::Type::F16 &&
         t->type != quant::Type::BF16)
       fail(reader.path(), ": tensor ", s.name, " is ", quant::type_name(t->type),

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "quant/types.h"
 
 namespace strata::gguf {
 class Reader;
@@ -45,7 +46,18 @@ struct TensorSpec {
   Init init;
   bool required;  // false: llama.cpp's loader accepts the file without it
   int layer;      // block index, -1 for global tensors
+  // The file may store each row zero-padded to whole blocks of its type (ne0 rounded up), for a
+  // type whose block does not divide ne0. Only on our own architecture's stacks whose extra
+  // columns meet exactly-zero activations (qwen4exp's ffn_down_exps: docs/ARCH_QWEN4EXP.md).
+  bool pad_rows_to_block = false;
 };
+
+// The row length a tensor is stored with in type t: the spec's ne0, or for a pad_rows_to_block
+// spec whose ne0 t's block does not divide, ne0 rounded up to whole blocks of t.
+int64_t stored_ne0(const TensorSpec& s, quant::Type t);
+
+// The spec's shape as stored in type t (ne0 = stored_ne0).
+std::vector<int64_t> stored_shape(const TensorSpec& s, quant::Type t);
 
 // Every tensor strata writes for this config, in file order. The config must be valid.
 std::vector<TensorSpec> tensor_specs(const ModelConfig& c);
@@ -56,8 +68,9 @@ std::vector<TensorSpec> qwen3next_tensors(const ModelConfig& c);  // qwen3next a
 std::vector<TensorSpec> qwen3moe_tensors(const ModelConfig& c);
 
 // Checks a file against the list for its own config: every required tensor present with the
-// spec's shape, no optional one with a wrong shape, no tensor the list does not know. Throws
-// strata::Error naming the file and the first problem. With experts_in_file false (a trunk-only
+// spec's shape (or, for a pad_rows_to_block spec, its stored_shape in the file's type), no
+// optional one with a wrong shape, no tensor the list does not know. Throws strata::Error naming
+// the file and the first problem. With experts_in_file false (a trunk-only
 // GGUF whose experts are in a .experts pack) the routed-expert stacks must all be absent.
 void validate_tensors(const gguf::Reader& reader, const ModelConfig& c,
                       bool experts_in_file = true);
@@ -72,6 +85,8 @@ class SpecList {
   // Block tensor: "blk.N." + name.
   void blk(const std::string& name, std::vector<int64_t> shape, Role role, TypeClass cls,
            Init init, bool required = true);
+  // Marks the last added tensor pad_rows_to_block.
+  void pad_last_rows_to_block() { specs_.back().pad_rows_to_block = true; }
   std::vector<TensorSpec> take() { return std::move(specs_); }
 
  private:

@@ -74,6 +74,8 @@ void moe(SpecList& l, const ModelConfig& c) {
   l.blk("ffn_gate_exps.weight", {n, f, e}, Role::RoutedExpert, TypeClass::Expert, Init::Matrix);
   l.blk("ffn_up_exps.weight", {n, f, e}, Role::RoutedExpert, TypeClass::Expert, Init::Matrix);
   l.blk("ffn_down_exps.weight", {f, n, e}, Role::RoutedExpert, TypeClass::Expert, Init::Matrix);
+  // n_ff_exp = 640 is not whole 256-element K/IQ blocks: down rows are zero-padded instead.
+  l.pad_last_rows_to_block();
   l.blk("ffn_gate_inp_shexp.weight", {n}, Role::Trunk, TypeClass::Vector, Init::Matrix);
   l.blk("ffn_gate_shexp.weight", {n, fs}, Role::Trunk, TypeClass::Trunk, Init::Matrix);
   l.blk("ffn_up_shexp.weight", {n, fs}, Role::Trunk, TypeClass::Trunk, Init::Matrix);

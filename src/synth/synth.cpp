@@ -49,6 +49,12 @@ quant::Type resolve_type(const model::TensorSpec& s, quant::Type want,
   const auto fits = [&](quant::Type t) { return s.shape[0] % quant::type_info(t).block_elems == 0; };
   if (fits(want)) return want;
   const auto& wi = quant::type_info(want);
+  if (s.pad_rows_to_block) {
+    // Synthetic pad values are drawn like the rest of the row: they only ever meet h = 0.
+    notes.push_back(cat(s.name, ": rows padded to ne0 = ", model::stored_ne0(s, want), " (",
+                        wi.name, " does not divide ne0 = ", s.shape[0], ")"));
+    return want;
+  }
   std::string why = cat("tensor ", s.name, " ", shape_str(s.shape), ": ", class_flag(s.cls), " ",
                         wi.name, " packs ", wi.block_elems, " elements per block, which does not "
                         "divide the row length ne0 = ", s.shape[0]);
@@ -127,7 +133,7 @@ SynthPlan plan_synth(const SynthOptions& o) {
   c.validate();
   plan.config = c;
   plan.specs = model::tensor_specs(c);
-  for (const auto& s : plan.specs) {
+  for (auto& s : plan.specs) {
     quant::Type t = quant::Type::F32;
     switch (s.cls) {
       case model::TypeClass::Vector: break;
@@ -135,6 +141,7 @@ SynthPlan plan_synth(const SynthOptions& o) {
       case model::TypeClass::Expert: t = resolve_type(s, expert, fallback, plan.notes); break;
       case model::TypeClass::Ngram: t = resolve_type(s, ngram, fallback, plan.notes); break;
     }
+    s.shape = model::stored_shape(s, t);
     plan.types.push_back(t);
     plan.data_bytes += gguf::tensor_nbytes(t, s.shape);
   }

@@ -41,9 +41,9 @@ struct SynthOptions {
 // What will be written: the final config, the tensor list and each tensor's type.
 struct SynthPlan {
   model::ModelConfig config;
-  std::vector<model::TensorSpec> specs;
+  std::vector<model::TensorSpec> specs;  // shapes as stored (model::stored_shape)
   std::vector<quant::Type> types;
-  std::vector<std::string> notes;  // one line per tensor that fell back to another type
+  std::vector<std::string> notes;  // one line per tensor that fell back to another type or padded
   tokenizer::Vocab vocab;          // exactly config.n_vocab tokens
   uint64_t data_bytes = 0;
 };

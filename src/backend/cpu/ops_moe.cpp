@@ -70,6 +70,13 @@ void quantize_rows(ThreadPool& pool, quant::ActFormat f, const Tensor& x,
 
 namespace {
 
+// down's row is n_ff, or n_ff zero-padded to whole blocks of down's type (qwen4exp stores its
+// down stack so when the block does not divide n_ff); the padded columns meet h = 0.
+bool down_cols_fit(const Weight& down, int64_t n_ff) {
+  const int64_t block = quant::type_info(down.type).block_elems;
+  return down.cols == n_ff || (n_ff % block != 0 && down.cols == (n_ff + block - 1) / block * block);
+}
+
 void check_routing(const char* op, const Tensor& x, const backend::Routing& routing) {
   const int64_t T = x.rows;
   const int64_t K = routing.top_k;
@@ -102,7 +109,7 @@ void expert_outputs(const char* op, ThreadPool& pool, Workspace& ws, const Tenso
     check_weight(op, "up", ew.up);
     check_weight(op, "down", ew.down);
     require(ew.gate.cols == x.cols && ew.up.cols == x.cols && ew.down.rows == x.cols &&
-                ew.gate.rows == ew.up.rows && ew.down.cols == ew.gate.rows,
+                ew.gate.rows == ew.up.rows && down_cols_fit(ew.down, ew.gate.rows),
             op, "expert ", e, " shapes gate [", ew.gate.rows, " x ", ew.gate.cols, "], up [",
             ew.up.rows, " x ", ew.up.cols, "], down [", ew.down.rows, " x ", ew.down.cols,
             "] do not fit x ", shape(x));
@@ -172,13 +179,15 @@ void expert_outputs(const char* op, ThreadPool& pool, Workspace& ws, const Tenso
               dot_tile(ew.up, o0, o1, ua, uy);
             });
 
-  // h = silu(gate) * up, quantized for the pair's down weight.
+  // h = silu(gate) * up, quantized for the pair's down weight; a padded down row's extra columns
+  // get h = 0 (the workspace is reused: they hold stale values until then).
   for_tasks(pool, n_pairs, ff_off[n_pairs] * 8, [&](int64_t i) {
+    const backend::ExpertWeights& ew = experts[routing.experts[size_t(pairs[i])]];
     float* h = gate_v + ff_off[i];
-    const int64_t n_ff = ff_off[i + 1] - ff_off[i];
+    const int64_t n_ff = ew.gate.rows, cols = ew.down.cols;
     for (int64_t k = 0; k < n_ff; ++k) h[k] = swiglu_value(h[k], up_v[ff_off[i] + k]);
-    quant::quantize_act(quant::kernels(experts[routing.experts[size_t(pairs[i])]].down.type).act,
-                        h, h_act + h_off[i], n_ff);
+    std::fill(h + n_ff, h + cols, 0.0f);
+    quant::quantize_act(quant::kernels(ew.down.type).act, h, h_act + h_off[i], cols);
   });
 
   // down rows for every pair.
