@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/expert_flags.h"
 #include "cli/route_flags.h"
 #include "decode/loaded_model.h"
 #include "experts/arena.h"
@@ -26,9 +27,7 @@ namespace {
 
 struct BenchOptions {
   std::string model;
-  std::string expert_budget;
-  std::string pack;
-  std::string read_ahead = "on";
+  ExpertFlags experts;
   int64_t prompt_tokens = 512;
   int64_t gen_tokens = 64;
   int64_t batch = 512;
@@ -74,20 +73,12 @@ nlohmann::ordered_json phase_json(int64_t tokens, double seconds, const std::opt
 void run_bench(const BenchOptions& o) {
   if (o.prompt_tokens < 1 || o.gen_tokens < 0 || o.batch < 1)
     fail("--prompt-tokens and --batch must be at least 1, --gen-tokens at least 0");
-  experts::SourceOptions source{.budget_bytes = std::nullopt, .pack = o.pack, .read_ahead = o.read_ahead == "on"};
-  if (!o.expert_budget.empty()) {
-    try {
-      source.budget_bytes = experts::parse_byte_size(o.expert_budget);
-    } catch (const Error& e) {
-      fail("--expert-budget: ", e.what());
-    }
-  }
   const int64_t ctx = o.prompt_tokens + o.gen_tokens;
-  decode::LoadedModel lm({.path = o.model, .threads = o.threads, .ctx = ctx, .experts = std::move(source)});
+  decode::LoadedModel lm({.path = o.model, .threads = o.threads, .ctx = ctx, .experts = source_options(o.experts)});
   model::Model& m = lm.model();
   RouteFlags route = o.route;
   route.no_history = true;  // a benchmark must not depend on, nor change, earlier runs
-  install_routing(m, route, o.pack);
+  install_routing(m, route, o.experts.pack);
   const auto* streaming = dynamic_cast<const experts::StreamingSource*>(&m.expert_source());
   const uint64_t slot_bytes = streaming ? streaming->arena().slot_bytes() : 0;
 
@@ -122,7 +113,7 @@ void run_bench(const BenchOptions& o) {
   j["model"] = o.model;
   j["experts"] = m.experts_description();
   j["threads"] = o.threads;
-  j["expert_budget"] = o.expert_budget.empty() ? "default" : o.expert_budget;
+  j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["route_trace"] = o.route.trace;
   j["seed"] = o.seed;
   j["prefill"] = phase_json(o.prompt_tokens, prefill_s, delta(start), slot_bytes);
@@ -147,9 +138,7 @@ void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode speed with the expert cache, as JSON");
   cmd->add_option("-m,--model", o->model, "GGUF model")->required();
-  cmd->add_option("--expert-budget", o->expert_budget, "Expert cache size (8G, 512M); default: from free memory");
-  cmd->add_option("--pack", o->pack, "The .experts pack (default: the model's)");
-  cmd->add_option("--read-ahead", o->read_ahead, "on|off")->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  add_expert_flags(cmd, o->experts);
   cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prefill tokens")->capture_default_str();
   cmd->add_option("--gen-tokens", o->gen_tokens, "Decode steps, one token each")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Rows per prefill window")->capture_default_str();

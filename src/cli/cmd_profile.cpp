@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/expert_flags.h"
 #include "decode/generate.h"
 #include "decode/loaded_model.h"
 #include "experts/arena.h"
@@ -24,7 +25,7 @@ struct ProfileOptions {
   std::string prompt;
   std::string prompt_file;
   std::string output;
-  std::string expert_budget;
+  ExpertFlags experts;
   int64_t max_tokens = 64;
   int threads = 0;
   int64_t ctx = 4096;
@@ -40,9 +41,8 @@ std::string read_text(const std::string& path) {
 
 void run_profile(const ProfileOptions& o) {
   const std::string text = o.prompt_file.empty() ? o.prompt : read_text(o.prompt_file);
-  experts::SourceOptions source;
-  if (!o.expert_budget.empty()) source.budget_bytes = experts::parse_byte_size(o.expert_budget);
-  decode::LoadedModel lm({.path = o.model, .threads = o.threads, .ctx = o.ctx, .experts = std::move(source)});
+  decode::LoadedModel lm(
+      {.path = o.model, .threads = o.threads, .ctx = o.ctx, .experts = source_options(o.experts)});
   model::Model& m = lm.model();
   const auto prompt = lm.encode(text);
   if (prompt.empty()) fail("the prompt has no tokens: give a text with -p or --prompt-file");
@@ -76,7 +76,7 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--prompt-file", o->prompt_file, "Read the prompt from this file")->excludes(p);
   cmd->add_option("-o,--output", o->output, "Profile file to write (e.g. MODEL.gguf.experts.profile)")->required();
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens generated greedily after the prompt")->capture_default_str();
-  cmd->add_option("--expert-budget", o->expert_budget, "Expert cache size when the experts stream");
+  add_expert_flags(cmd, o->experts);
   cmd->add_option("--threads", o->threads, "CPU threads (default: one per hardware thread)");
   cmd->add_option("--ctx", o->ctx, "Context positions")->capture_default_str();
   cmd->callback([o] { run_profile(*o); });

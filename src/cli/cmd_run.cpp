@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/expert_flags.h"
 #include "cli/route_flags.h"
 #include "decode/generate.h"
 #include "decode/loaded_model.h"
@@ -34,9 +35,7 @@ struct RunOptions {
   decode::GenerateParams gen;
   int threads = 0;
   int64_t ctx = 4096;
-  std::string expert_budget;  // --expert-budget as given ("8G"); empty: the default rule
-  std::string read_ahead = "on";
-  std::string pack;
+  ExpertFlags experts;
   RouteFlags route;
 };
 
@@ -146,18 +145,10 @@ void chat_loop(decode::Session& session, const model::Model& model, Conversation
 
 void run_run(const RunOptions& o) {
   o.gen.validate();
-  experts::SourceOptions experts{.pack = o.pack, .read_ahead = o.read_ahead == "on"};
-  if (!o.expert_budget.empty()) {
-    try {
-      experts.budget_bytes = experts::parse_byte_size(o.expert_budget);
-    } catch (const Error& e) {
-      fail("--expert-budget: ", e.what());
-    }
-  }
   decode::LoadedModel lm(
-      {.path = o.model, .threads = o.threads, .ctx = o.ctx, .experts = std::move(experts)});
+      {.path = o.model, .threads = o.threads, .ctx = o.ctx, .experts = source_options(o.experts)});
   std::fprintf(stderr, "[strata] experts %s\n", lm.model().experts_description().c_str());
-  install_routing(lm.model(), o.route, o.pack);
+  install_routing(lm.model(), o.route, o.experts.pack);
   Conversation conv(o, lm);
   decode::Session session(lm.model(), lm.tokenizer(),
                           {.n_ctx = o.ctx, .snapshot_prompt = !o.one_shot});
@@ -205,15 +196,7 @@ void add_run_command(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_option("--threads", opts->threads, "CPU threads (default: one per hardware thread)");
   cmd->add_option("--ctx", opts->ctx, "Context positions")->capture_default_str();
-  cmd->add_option("--expert-budget", opts->expert_budget,
-                  "Expert cache size (8G, 512M): stream the routed experts from the pack "
-                  "through a cache of this size (default: from free memory, when they do not fit)");
-  cmd->add_option("--read-ahead", opts->read_ahead,
-                  "Guess the next layer's experts and start reading them early (on|off)")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
-  cmd->add_option("--pack", opts->pack,
-                  "The .experts pack (default: the model's strata.experts.pack or MODEL.experts)");
+  add_expert_flags(cmd, opts->experts);
   cmd->add_option("--batch", gen.batch, "Rows per prefill window")->capture_default_str();
   add_route_flags(cmd, opts->route);
   cmd->callback([opts, prompt] {

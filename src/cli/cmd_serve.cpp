@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "cli/commands.h"
+#include "cli/expert_flags.h"
 #include "cli/route_flags.h"
 #include "decode/loaded_model.h"
 #include "server/server.h"
@@ -21,6 +22,7 @@ namespace {
 
 struct ServeOptions {
   decode::LoadOptions load;
+  ExpertFlags experts;
   server::ServerOptions server;
 };
 
@@ -38,8 +40,12 @@ void block_signals() {
 void run_serve(const ServeOptions& o) {
   block_signals();
   std::fprintf(stderr, "strata: loading %s\n", o.load.path.c_str());
-  decode::LoadedModel model(o.load);
-  install_routing(model.model(), {}, "");  // the usage history and start-up fill when streaming
+  decode::LoadOptions load = o.load;
+  load.experts = source_options(o.experts);
+  decode::LoadedModel model(load);
+  std::fprintf(stderr, "strata: experts %s\n", model.model().experts_description().c_str());
+  // The usage history and start-up fill when the experts stream.
+  install_routing(model.model(), {}, o.experts.pack);
   server::Server srv(model, o.server);
   const int port = srv.bind();
 
@@ -88,6 +94,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", s.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/ routes (default: none)");
   cmd->add_option("--ctx", opts->load.ctx, "Context positions")->capture_default_str();
+  add_expert_flags(cmd, opts->experts);
   cmd->add_option("--batch", g.batch, "Rows per prefill window")->capture_default_str();
   cmd->add_option("--threads", opts->load.threads,
                   "CPU threads (default: one per hardware thread)");

@@ -71,10 +71,13 @@ Server::~Server() {
 
 void Server::add_routes() {
   auto& svr = http_->server;
-  // Every queued request holds an HTTP thread while it waits; a few more keep /health,
-  // /metrics and the 429 answers responsive when the queue is full.
-  const size_t threads = options_.generation.queue + 1 + 8;
+  // Every queued request holds an HTTP thread while it waits, and so does an idle keep-alive
+  // connection until its timeout. Spare threads plus a short keep-alive keep /health, /metrics
+  // and the 429 answers responsive when the queue is full and clients hold connections open
+  // (the default 5 s keep-alive let a dozen idle clients stall every other request for 5 s).
+  const size_t threads = options_.generation.queue + 1 + 32;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  svr.set_keep_alive_timeout(1);
   // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port and
   // silently take half the connections; a taken port must be an error.
   svr.set_socket_options([](socket_t sock) {

@@ -1,0 +1,24 @@
+// The expert-cache flags every command that runs a model takes (`run`, `serve`, `bench`,
+// `profile`; docs/EXPERT_CACHE.md), and how they become experts::SourceOptions.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "experts/expert_source.h"
+
+namespace strata::cli {
+
+struct ExpertFlags {
+  std::string budget;             // --expert-budget as given ("8G"); empty: the default rule
+  std::string pack;               // --pack; empty: the model's own
+  std::string read_ahead = "on";  // --read-ahead on|off
+};
+
+void add_expert_flags(CLI::App* cmd, ExpertFlags& flags);
+
+// Throws strata::Error naming --expert-budget when it does not parse.
+experts::SourceOptions source_options(const ExpertFlags& flags);
+
+}  // namespace strata::cli
