@@ -11,8 +11,11 @@
 #include "gguf/gguf.h"
 #include "gguf_test_util.h"
 #include "model/config.h"
+#include "test_util.h"
 
 namespace strata::experts::testing {
+
+using strata::testing::error_of;
 
 using gguf::testing::read_bytes;
 using gguf::testing::TempDir;
@@ -37,17 +40,6 @@ inline TinyExperts tiny_experts(int layers, int experts, quant::Type type = quan
   t.ff = 64;
   t.type = type;
   return t;
-}
-
-// The message of the strata::Error `f` throws, or "" if it returns.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // blk.L.ffn_{gate,up,down}_exps.weight of every layer, filled with seeded bytes.
@@ -108,7 +100,7 @@ inline uint64_t index_entry(const std::vector<uint8_t>& b, uint64_t record) {
          record * format::kIndexEntryBytes;
 }
 
-// The message of the strata::Error opening `bytes` as a pack throws, or "" if it opens.
+// The message of the strata::Error opening `bytes` as a pack throws, or "(no error)".
 inline std::string pack_error(const std::vector<uint8_t>& bytes) {
   return error_of([&] { Pack::from_memory(bytes.data(), bytes.size(), "t.experts"); });
 }

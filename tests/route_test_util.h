@@ -4,17 +4,11 @@
 #include <string>
 
 #include "util/error.h"
+#include "test_util.h"
 
 namespace strata::route::testing {
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using strata::testing::error_of;
+
 
 }  // namespace strata::route::testing

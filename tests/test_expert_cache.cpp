@@ -19,6 +19,9 @@
 #include "experts/streaming_source.h"
 #include "test_quant_util.h"
 #include "util/error.h"
+#include "test_util.h"
+
+using strata::testing::error_of;
 
 namespace strata::experts {
 namespace {
@@ -28,14 +31,6 @@ using backend::Routing;
 using backend::Tensor;
 using Floats = std::vector<float>;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // ---------------------------------------------------------------------------------------------
 // Chunked MoE ops.

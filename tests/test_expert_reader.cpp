@@ -245,7 +245,7 @@ TEST_F(ReaderTest, TransientFaultsAreRetried) {
     }
     std::memset(buf.data(), 0, buf.size());
     const Ticket t = reader.submit(1, 4, buf.data(), Priority::Urgent);
-    EXPECT_EQ(wait_error(reader, t), "") << what;
+    EXPECT_EQ(wait_error(reader, t), "(no error)") << what;
     EXPECT_TRUE(landed_right(1, 4, buf.data())) << what;
     EXPECT_EQ(reader.stats().retries, ++retries) << what;
   }
@@ -258,7 +258,7 @@ TEST_F(ReaderTest, ODirectRefusedOnReadFallsBackToBuffered) {
   ASSERT_TRUE(reader.direct()) << "/tmp does not take O_DIRECT";
   AlignedBuffer buf(pack_->max_record_bytes());
   const Ticket t = reader.submit(2, 1, buf.data(), Priority::Urgent);
-  EXPECT_EQ(wait_error(reader, t), "");
+  EXPECT_EQ(wait_error(reader, t), "(no error)");
   EXPECT_TRUE(landed_right(2, 1, buf.data()));
   EXPECT_FALSE(reader.direct());
   EXPECT_EQ(reader.stats().retries, 0u);
@@ -278,7 +278,7 @@ TEST_F(ReaderTest, PersistentEioFailsTheRequest) {
   // The reader keeps working for the next request.
   f.eio_forever = false;
   const Ticket ok = reader.submit(0, 0, buf.data(), Priority::Urgent);
-  EXPECT_EQ(wait_error(reader, ok), "");
+  EXPECT_EQ(wait_error(reader, ok), "(no error)");
   EXPECT_TRUE(landed_right(0, 0, buf.data()));
 }
 
@@ -328,8 +328,8 @@ TEST_F(ReaderTest, CancelAndPromote) {
   }
   EXPECT_FALSE(reader.cancel(promoted));
   f.release();
-  EXPECT_EQ(wait_error(reader, held), "");
-  EXPECT_EQ(wait_error(reader, promoted), "");
+  EXPECT_EQ(wait_error(reader, held), "(no error)");
+  EXPECT_EQ(wait_error(reader, promoted), "(no error)");
   EXPECT_TRUE(landed_right(0, 2, buf.data() + 2 * stride));
   EXPECT_EQ(reader.stats().cancelled, 1u);
 }

@@ -7,6 +7,9 @@
 #include <limits>
 
 #include "gguf_test_util.h"
+#include "test_util.h"
+
+using strata::testing::error_of;
 
 namespace strata::gguf {
 namespace {
@@ -257,15 +260,6 @@ TEST(GgufWriter, SetReplacesAndKeepsOrder) {
   EXPECT_EQ(r->metadata()[1].first, "second");
 }
 
-template <typename Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(GgufWriter, RejectsBadDeclarations) {
   TempDir dir;

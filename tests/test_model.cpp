@@ -19,6 +19,10 @@
 #include "synth/synth.h"
 #include "util/error.h"
 #include "util/npy.h"
+#include "test_util.h"
+
+using strata::testing::error_of;
+using strata::testing::bitwise_equal;
 
 namespace strata::model {
 namespace {
@@ -64,18 +68,7 @@ std::vector<float> run_windows(Model& m, const std::vector<int32_t>& tokens,
   return out;
 }
 
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 struct Case {
   std::string arch;

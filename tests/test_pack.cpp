@@ -109,7 +109,7 @@ TEST_F(PackTest, MakeLayoutAlignsParts) {
 TEST_F(PackTest, VerifyPassesAndFindsTheFirstBadRecord) {
   const auto report = verify_pack(*Pack::open(pack_path_), model_.get());
   EXPECT_EQ(report.records, 15u);
-  EXPECT_EQ(verify_error(model_.get()), "");
+  EXPECT_EQ(verify_error(model_.get()), "(no error)");
 
   const auto pack = Pack::open(pack_path_);
   const Record r = pack->record(1, 3);
@@ -208,7 +208,7 @@ class PackValidation : public PackTest {
   void SetUp() override {
     PackTest::SetUp();
     bytes_ = read_bytes(pack_path_);
-    ASSERT_EQ(pack_error(bytes_), "");
+    ASSERT_EQ(pack_error(bytes_), "(no error)");
   }
 
   // Edits a copy, reseals its checksums, returns the open error.

@@ -26,6 +26,9 @@
 #include "test_convert_util.h"
 #include "test_quant_util.h"
 #include "util/error.h"
+#include "test_util.h"
+
+using strata::testing::bitwise_equal;
 
 namespace strata::model {
 namespace {
@@ -64,9 +67,6 @@ std::vector<float> run_logits(Model& m) {
   return out;
 }
 
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // Copies src to dst with tensor `name` stored with row length ne0 (each row cut or zero-extended).
 void rewrite_ne0(const std::string& src, const std::string& dst, const std::string& name,

@@ -22,6 +22,9 @@
 #include "route/usage_history.h"
 #include "route_test_util.h"
 #include "synth/synth.h"
+#include "test_util.h"
+
+using strata::testing::bitwise_equal;
 
 namespace strata::model {
 namespace {
@@ -78,9 +81,6 @@ std::vector<float> run(Model& m, int64_t steps) {
   return out;
 }
 
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 TEST(RouteWiring, ExactRoutingThroughTheControlIsBitwiseUnchanged) {
   TempDir dir;

@@ -31,6 +31,10 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
+#include "test_util.h"
+
+using strata::testing::error_of;
+using strata::testing::bitwise_equal;
 
 namespace strata::model {
 namespace {
@@ -104,18 +108,7 @@ Generated generate(Model& m, int64_t steps) {
   return r;
 }
 
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 void expect_streamed_equals_mapped(const std::string& arch) {
   TempDir dir;

@@ -17,20 +17,15 @@
 #include "tokenizer/utf8.h"
 #include "util/error.h"
 #include "util/rng.h"
+#include "test_util.h"
+
+using strata::testing::error_of;
 
 namespace strata::tokenizer::testing {
 namespace {
 
 constexpr uint32_t kImStart = 151644, kImEnd = 151645, kThink = 151667;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 bool valid_utf8(std::string_view s) {
   for (size_t pos = 0; pos < s.size();)

@@ -14,18 +14,13 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
+#include "test_util.h"
+
+using strata::testing::error_of;
 
 namespace strata::tokenizer {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 class TempFile {
  public:
