@@ -30,9 +30,11 @@ for fuzzer in "$fuzz_build"/fuzz_*; do
   name="$(basename "$fuzzer")"
   corpus="$root/fuzz/corpus/${name#fuzz_}"
   work="$(mktemp -d)"
-  echo "fuzz: $name for ${seconds}s (seed corpus: ${corpus#$root/})"
+  seeds=()
+  [[ -d "$corpus" ]] && seeds=("$corpus")
+  echo "fuzz: $name for ${seconds}s (seed corpus: ${seeds[*]:+${corpus#$root/}}${seeds[*]:-none})"
   "$fuzzer" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
-    "$work" "$corpus" 2>&1 | tail -n 12
+    "$work" "${seeds[@]}" 2>&1 | tail -n 12
   rm -rf "$work"
 done
 echo "fuzz: all targets ran clean"
