@@ -31,8 +31,12 @@ for fuzzer in "$fuzz_build"/fuzz_*; do
   corpus="$root/fuzz/corpus/${name#fuzz_}"
   work="$(mktemp -d)"
   seeds=()
-  [[ -d "$corpus" ]] && seeds=("$corpus")
-  echo "fuzz: $name for ${seconds}s (seed corpus: ${seeds[*]:+${corpus#$root/}}${seeds[*]:-none})"
+  seed_note="none"
+  if [[ -d "$corpus" ]]; then
+    seeds=("$corpus")
+    seed_note="${corpus#$root/}"
+  fi
+  echo "fuzz: $name for ${seconds}s (seed corpus: $seed_note)"
   "$fuzzer" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
     "$work" "${seeds[@]}" 2>&1 | tail -n 12
   rm -rf "$work"

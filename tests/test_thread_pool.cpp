@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/matvec.h"
@@ -123,6 +125,30 @@ TEST(ThreadPool, SleepingHelpersWakeUp) {
     ASSERT_EQ(sum.load(), 999 * 1000 / 2);
     if (round % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+}
+
+TEST(ThreadPool, LateHelpersSendStepsInlineUntilTheyAreOnTimeAgain) {
+  // The helper's half of every step takes 2 ms while the caller's is instant: what a helper kept
+  // off the CPU by other processes looks like. After kLateStepsToGoInline such steps the caller
+  // runs whole steps alone (every task still exactly once), and after kInlineSteps it tries the
+  // helper again.
+  ThreadPool pool(2, 0);
+  const std::thread::id caller = std::this_thread::get_id();
+  auto step = [&](bool slow_helper) {
+    std::vector<std::thread::id> ran(8);
+    pool.parallel_for(8, [&](int64_t i) {
+      ran[size_t(i)] = std::this_thread::get_id();
+      if (slow_helper && std::this_thread::get_id() != caller)
+        std::this_thread::sleep_for(std::chrono::microseconds(2000));
+    });
+    int on_caller = 0;
+    for (const auto& id : ran) on_caller += id == caller;
+    return on_caller;
+  };
+  for (int i = 0; i < ThreadPool::kLateStepsToGoInline; ++i) EXPECT_EQ(step(true), 4) << i;
+  EXPECT_EQ(pool.inline_switches(), 1u);
+  for (int i = 0; i < ThreadPool::kInlineSteps; ++i) EXPECT_EQ(step(false), 8) << i;
+  EXPECT_EQ(step(false), 4) << "after the inline stretch the helper is tried again";
 }
 
 TEST(MatvecParallel, BitwiseEqualsSingleThreadedMatvecForEveryFormat) {

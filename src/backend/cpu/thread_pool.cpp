@@ -106,6 +106,12 @@ void ThreadPool::run(int64_t n_tasks, RangeFn fn, void* ctx) {
     return;
   }
   std::lock_guard lock(callers_);
+  if (inline_steps_ > 0) {
+    --inline_steps_;
+    InTask in_task;
+    fn(ctx, 0, n_tasks);
+    return;
+  }
   fn_ = fn;
   ctx_ = ctx;
   n_tasks_ = n_tasks;
@@ -113,8 +119,11 @@ void ThreadPool::run(int64_t n_tasks, RangeFn fn, void* ctx) {
   generation_.fetch_add(1, std::memory_order_seq_cst);
   if (sleeping_helpers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(generation_);
 
+  const auto start = std::chrono::steady_clock::now();
   run_range(0);
+  const auto own_done = std::chrono::steady_clock::now();
   wait_for_helpers();
+  note_wait(own_done - start, std::chrono::steady_clock::now() - own_done);
 
   std::exception_ptr first;
   for (Slot& s : slots_) {
@@ -122,6 +131,17 @@ void ThreadPool::run(int64_t n_tasks, RangeFn fn, void* ctx) {
     s.error = nullptr;
   }
   if (first) std::rethrow_exception(first);
+}
+
+void ThreadPool::note_wait(std::chrono::nanoseconds own, std::chrono::nanoseconds waited) {
+  const bool late = waited > own + std::chrono::microseconds(kLateSlackUs);
+  late_streak_ = late ? late_streak_ + 1 : 0;
+  if (late_streak_ >= kLateStepsToGoInline) {
+    inline_steps_ = kInlineSteps;
+    // One more late step after the inline stretch sends it straight back inline.
+    late_streak_ = kLateStepsToGoInline - 1;
+    ++inline_switches_;
+  }
 }
 
 void ThreadPool::run_range(int index) {

@@ -8,9 +8,18 @@
 // parallel_for splits tasks [0, n) into n_threads contiguous ranges, the same ranges for the same
 // (n, n_threads): every task runs exactly once, on one thread, so a task that writes its own
 // outputs gives the same bits whatever the thread count.
+//
+// When the machine has no core to spare for the helpers (other processes keep them off the CPU),
+// every step waits for a helper to be scheduled, and a decode step of hundreds of parallel ops
+// became 5-10x slower than running on one thread (measured on the loaded 2-core dev box). So the
+// caller measures how long it waits for the helpers after finishing its own range: after
+// kLateStepsToGoInline steps in a row whose wait exceeds its own work by kLateSlackUs, it runs
+// the next kInlineSteps steps alone, then tries the helpers again. Which thread runs a task never
+// changes its result, so this changes speed only.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <mutex>
@@ -34,6 +43,12 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // How often the pool has switched to running steps on the caller alone (see above).
+  uint64_t inline_switches() const { return inline_switches_; }
+
+  static constexpr int kLateSlackUs = 200;
+  static constexpr int kLateStepsToGoInline = 16;
+  static constexpr int kInlineSteps = 512;
 
   // The tasks [begin, end) thread `index` of `n_threads` runs for n tasks.
   static void partition(int64_t n, int index, int n_threads, int64_t& begin, int64_t& end);
@@ -64,6 +79,7 @@ class ThreadPool {
   void run_range(int index);
   void worker_loop(int index);
   void wait_for_helpers();
+  void note_wait(std::chrono::nanoseconds own, std::chrono::nanoseconds waited);
 
   const int n_threads_;
   const int spin_us_;
@@ -76,6 +92,10 @@ class ThreadPool {
   void* ctx_ = nullptr;
   int64_t n_tasks_ = 0;
   bool stopping_ = false;
+  // Lateness of the helpers, guarded by callers_.
+  int late_streak_ = 0;
+  int inline_steps_ = 0;
+  uint64_t inline_switches_ = 0;
 
   // Bumped once per step; helpers wait for it to change (futex word).
   alignas(64) std::atomic<uint32_t> generation_{0};
