@@ -20,6 +20,7 @@
 #include "test_quant_util.h"
 #include "util/error.h"
 #include "test_util.h"
+#include "util/progress.h"
 
 using strata::testing::error_of;
 
@@ -256,7 +257,7 @@ TEST(ExpertCacheArena, ParsesAndFormatsSizes) {
   EXPECT_NE(error_of([] { parse_byte_size("8Q"); }).find("unknown unit"), std::string::npos);
   EXPECT_NE(error_of([] { parse_byte_size("-1G"); }).find("not a size in range"),
             std::string::npos);
-  EXPECT_EQ(format_byte_size(uint64_t(3) << 29), "1.50 GiB");
+  EXPECT_EQ(format_bytes(uint64_t(3) << 29), "1.50 GiB");
   EXPECT_GT(default_expert_budget(0), 0u) << "a test machine has more than 1 GiB available";
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "util/error.h"
+#include "util/progress.h"
 
 namespace strata::experts {
 
@@ -43,16 +44,6 @@ uint64_t parse_byte_size(std::string_view text) {
   if (!std::isfinite(bytes) || bytes < 0 || bytes >= 1.8e19)
     fail("'", s, "' is not a size in range (examples: 8G, 512M)");
   return uint64_t(bytes);
-}
-
-std::string format_byte_size(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = double(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
-  return buf;
 }
 
 uint64_t default_expert_budget(uint64_t trunk_bytes) {
@@ -93,7 +84,7 @@ Arena::Arena(const Options& o)
   void* p = mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
-    fail("expert arena: cannot map ", format_byte_size(mapped_bytes_), ": ", std::strerror(errno));
+    fail("expert arena: cannot map ", format_bytes(mapped_bytes_), ": ", std::strerror(errno));
   base_ = static_cast<uint8_t*>(p);
   smap_.assign(size_t(n_layers_) * size_t(n_experts_), kMiss);
   slots_.resize(n_slots_);

@@ -35,8 +35,6 @@ struct ExpertKey {
 // "8G", "512M", "1.5G", "64K", "4096" (bytes; K/M/G/T are powers of 1024, an optional trailing
 // "B" or "iB" is accepted). Throws strata::Error quoting the text.
 uint64_t parse_byte_size(std::string_view text);
-// "1.50 GiB" style.
-std::string format_byte_size(uint64_t bytes);
 
 // The default budget: MemAvailable (from /proc/meminfo) minus the trunk minus a margin of
 // max(1 GiB, MemAvailable / 10) for activations, the KV cache and the rest of the system.

@@ -10,6 +10,7 @@
 #include "gguf/gguf.h"
 #include "model/config.h"
 #include "util/error.h"
+#include "util/progress.h"
 
 namespace strata::experts {
 
@@ -105,8 +106,8 @@ OpenedSource streamed(std::unique_ptr<Pack> pack, uint64_t trunk_bytes, const So
   auto source = std::make_unique<StreamingSource>(std::move(pack), so);
   const Arena& a = source->arena();
   return {std::move(source),
-          cat("streamed from ", path, ", budget ", format_byte_size(so.budget_bytes), " (",
-              a.n_slots(), " slots of ", format_byte_size(a.slot_bytes()), ", read-ahead ",
+          cat("streamed from ", path, ", budget ", format_bytes(so.budget_bytes), " (",
+              a.n_slots(), " slots of ", format_bytes(a.slot_bytes()), ", read-ahead ",
               o.read_ahead ? "on" : "off", ")")};
 }
 

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "util/error.h"
+#include "util/progress.h"
 
 namespace strata::experts {
 
@@ -86,8 +87,8 @@ StreamingSource::StreamingSource(std::vector<Layout> layouts, int n_experts,
                         Arena::kSlotAlignment;
   if (slot == 0) fail("expert cache: the pack's records are empty");
   if (o.budget_bytes < slot)
-    fail("--expert-budget ", format_byte_size(o.budget_bytes), " is below one expert record (",
-         format_byte_size(slot), "); give at least that");
+    fail("--expert-budget ", format_bytes(o.budget_bytes), " is below one expert record (",
+         format_bytes(slot), "); give at least that");
   // More slots than records would never be used.
   const uint64_t records = uint64_t(layouts_.size()) * uint64_t(n_experts_);
   const size_t n_slots = size_t(std::min(o.budget_bytes / slot, records));

@@ -8,6 +8,7 @@
 
 #include "quant/kernels.h"
 #include "util/error.h"
+#include "util/progress.h"
 
 namespace strata::gguf {
 
@@ -37,16 +38,6 @@ ojson value_json(const Value& v) {
     case ValueType::I64: return v.as_i64();
     default: return v.as_u64();
   }
-}
-
-std::string human_bytes(uint64_t bytes) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double x = double(bytes);
-  int u = 0;
-  while (x >= 1024 && u < 4) x /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", x, units[u]);
-  return buf;
 }
 
 std::string human_count(uint64_t n) {
@@ -159,7 +150,7 @@ std::string inspect_text(const Reader& r) {
   const auto line = [&](auto&&... parts) { out += cat(parts...) + "\n"; };
   line("file          ", r.path());
   line("gguf          v", r.version(), ", alignment ", r.alignment(), ", ", r.file_size(), " bytes (",
-       human_bytes(r.file_size()), "), tensor data at offset ", r.data_offset());
+       format_bytes(r.file_size()), "), tensor data at offset ", r.data_offset());
   const std::string arch = j["architecture"];
   line("architecture  ", arch.empty() ? "(none: no general.architecture)" : arch);
   const std::string prefix = arch + ".";
@@ -202,7 +193,7 @@ std::string inspect_text(const Reader& r) {
   for (const auto& [type, s] : j["bytes_by_type"].items()) {
     std::snprintf(row, sizeof row, "  %-*s  %6" PRIu64 " tensors  %16" PRIu64 " bytes  %12s",
                   tw, type.c_str(), s["tensors"].get<uint64_t>(), s["bytes"].get<uint64_t>(),
-                  human_bytes(s["bytes"].get<uint64_t>()).c_str());
+                  format_bytes(s["bytes"].get<uint64_t>()).c_str());
     line(row);
   }
 
@@ -212,14 +203,14 @@ std::string inspect_text(const Reader& r) {
     if (name == "ngram" && s["tensors"].get<uint64_t>() == 0) continue;
     const uint64_t bytes = s["bytes"], params = s["params"];
     std::snprintf(row, sizeof row, "  %-8s  %6" PRIu64 " tensors  %16" PRIu64 " bytes  %12s  %5.1f%%  %10s params",
-                  name.c_str(), s["tensors"].get<uint64_t>(), bytes, human_bytes(bytes).c_str(),
+                  name.c_str(), s["tensors"].get<uint64_t>(), bytes, format_bytes(bytes).c_str(),
                   total_bytes ? 100.0 * double(bytes) / double(total_bytes) : 0.0,
                   human_count(params).c_str());
     line(row);
   }
   std::snprintf(row, sizeof row, "  %-8s  %6" PRIu64 " tensors  %16" PRIu64 " bytes  %12s  %6s  %10s params",
                 "total", j["total"]["tensors"].get<uint64_t>(), total_bytes,
-                human_bytes(total_bytes).c_str(), "", human_count(j["total"]["params"]).c_str());
+                format_bytes(total_bytes).c_str(), "", human_count(j["total"]["params"]).c_str());
   line(row);
   return out;
 }
