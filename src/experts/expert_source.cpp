@@ -31,6 +31,10 @@ class MappedSource : public ExpertSource {
     }
   }
 
+  std::span<const backend::ExpertWeights> all_resident(int il) const override {
+    return layers_.at(size_t(il));
+  }
+
   void layer(int il, const backend::Routing& routing, const GroupFn& fn) override {
     ids_.assign(routing.experts.begin(), routing.experts.end());
     std::sort(ids_.begin(), ids_.end());

@@ -67,6 +67,10 @@ class ExpertSource {
   virtual void begin_window() {}
   virtual void end_window() {}
 
+  // Every expert of `layer`, indexed by id, when all of them are always resident (nothing to
+  // fetch, so the forward pass need not show the routing to the host); empty otherwise.
+  virtual std::span<const backend::ExpertWeights> all_resident(int /*layer*/) const { return {}; }
+
   // Makes the experts `routing` names at `layer` resident (a cache waits for misses here: the
   // handshake) and hands them to `fn`: in one group when they fit at once, else in several, each
   // expert in exactly one group. Throws strata::Error when a record cannot be read.

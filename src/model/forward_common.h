@@ -27,11 +27,15 @@ class Scratch {
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   Tensor operator()(int64_t rows, int64_t cols);
+  backend::Ids ids(int64_t rows, int64_t cols);
+  // ids [rows, cols] holding `host`.
+  backend::Ids ids(std::span<const int32_t> host, int64_t rows, int64_t cols);
   void clear();
 
  private:
   backend::Backend& be_;
   std::vector<Tensor> owned_;
+  std::vector<backend::Ids> owned_ids_;
 };
 
 // One window in flight: what a layer function reads and writes.
@@ -41,13 +45,14 @@ struct Window {
   const Weights& w;
   experts::ExpertSource& experts;
   State& state;
-  std::vector<int32_t> pos;  // the rows' positions: n_past, n_past + 1, ...
-  std::span<const int32_t> tokens;  // the rows' token ids (PLE hashes them)
+  std::vector<int32_t> pos;  // the rows' positions on the host: n_past, n_past + 1, ...
+  std::span<const int32_t> tokens;  // the rows' token ids on the host (PLE hashes them)
   int64_t T;
   bool renormalize_topk;  // router: renormalise the top-k weights to sum 1
   const DumpFn& dump_fn;
   Scratch tmp;
   RouteControl* route = nullptr;  // trace, recording, cache-conditional routing; null: exact
+  backend::Ids positions;  // pos in backend memory, [T, 1], uploaded once per window
 
   // Hands t to the dump callback as "name-il" (il < 0: "name"), when one is set.
   void dump(const char* name, int64_t il, const Tensor& t);

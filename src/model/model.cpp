@@ -59,11 +59,13 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   w.route = route_.get();
   for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
   Scratch keep(backend_);
+  w.positions = keep.ids(w.pos, T, 1);
+  const backend::Ids token_ids = keep.ids(tokens, T, 1);
   // qwen4exp: the residual is hc_count streams, each starting as the embedding
   // (hidden_states.repeat(1, 1, hc_count)).
   const bool hc = c.arch == Arch::Qwen4Exp;
   Tensor x = keep(T, hc ? c.hc_dim() : c.n_embd);
-  backend_.get_rows(weights_.token_embd, tokens, x.cols_view(0, c.n_embd));  // embed_tokens(input_ids)
+  backend_.get_rows(weights_.token_embd, token_ids, x.cols_view(0, c.n_embd));  // embed_tokens(input_ids)
   w.dump("embd", -1, x.cols_view(0, c.n_embd));
   for (int64_t s = 1; hc && s < c.hc_count; ++s) backend_.copy(x.cols_view(0, c.n_embd), x.cols_view(s * c.n_embd, c.n_embd));
   const LayerFn layer = layer_function(c.arch);

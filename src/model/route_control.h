@@ -43,9 +43,10 @@ class RouteControl {
   RouteControl(const RouteControl&) = delete;
   RouteControl& operator=(const RouteControl&) = delete;
 
-  // The routing of layer `il` for the window's T rows, given the router's logits [T, n_expert].
+  // The routing of layer `il` for the window's rows, given the router's logits [T, n_expert] and
+  // its exact top-k (experts, weights [T, top_k], in backend memory).
   backend::Routing route(backend::Backend& be, experts::ExpertSource& source, int il, const backend::Tensor& logits,
-                         int64_t T);
+                         const backend::Ids& experts, const backend::Tensor& weights);
   // The window's rows are done: the trace advances, the history ages and may be saved.
   void end_window(int64_t T);
 

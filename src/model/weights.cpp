@@ -1,6 +1,5 @@
 #include "model/weights.h"
 
-#include <cstring>
 #include <string_view>
 
 #include "gguf/gguf.h"
@@ -85,12 +84,6 @@ Weight* layer_field(LayerWeights& l, std::string_view suffix) {
   return nullptr;
 }
 
-std::vector<float> host_floats(const gguf::TensorInfo& t) {
-  std::vector<float> out(size_t(t.n_elements()));
-  std::memcpy(out.data(), t.data, out.size() * sizeof(float));
-  return out;
-}
-
 }  // namespace
 
 Weights load_weights(const gguf::Reader& reader, const ModelConfig& c, backend::Backend& be) {
@@ -118,12 +111,6 @@ Weights load_weights(const gguf::Reader& reader, const ModelConfig& c, backend::
     *field = be.weight(*t);
   }
   if (!present(w.output)) w.output = w.token_embd;
-  for (int64_t il = 0; il < c.n_blocks(); ++il) {
-    LayerWeights& l = w.layers[size_t(il)];
-    if (!present(l.ssm_a)) continue;
-    l.ssm_a_host = host_floats(reader.tensor(cat("blk.", il, ".ssm_a")));
-    l.ssm_dt_host = host_floats(reader.tensor(cat("blk.", il, ".ssm_dt.bias")));
-  }
   return w;
 }
 

@@ -45,8 +45,6 @@ struct LayerWeights {
   Weight ssm_alpha;   // [n, Gv] (qwen35moe)
   Weight ssm_norm;    // [S]: the gated RMSNorm's gain (stored as is, no +1)
   Weight ssm_out;     // [Gv*S, n]
-  // ssm_a and ssm_dt.bias as host floats: the decay gate is computed on the host (Model docs).
-  std::vector<float> ssm_a_host, ssm_dt_host;
 
   // MoE router and shared expert.
   Weight ffn_gate_inp;        // [n, E] (F32)
