@@ -69,10 +69,28 @@ struct Routing {
   std::vector<float> weights;    // rows x top_k
 };
 
+// What a backend did, cumulative (strata bench reports them per token).
+struct BackendCounters {
+  uint64_t ops = 0;             // ops run one by one (each one or a few kernel launches)
+  uint64_t graph_captures = 0;  // windows recorded as a graph
+  uint64_t graph_replays = 0;   // windows run by replaying a recorded graph
+  uint64_t graph_kernels = 0;   // kernels run inside replayed graphs
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+
+  // A window's ops, from its first upload to its last op before the logits are read: a backend
+  // may record them the first time `key` is seen and replay the recording when it comes again
+  // (CUDA graphs); key 0 runs the ops as they come. The caller guarantees that one key always
+  // means the same sequence of ops, allocations and uploads of the same shapes on the same
+  // persistent tensors, with only the uploaded values differing. end_window(false) closes a window
+  // that threw: whatever was being recorded is dropped.
+  virtual void begin_window(uint64_t key) {}
+  virtual void end_window(bool completed) {}
+  virtual BackendCounters counters() const { return {}; }
 
   // Memory. alloc() returns zeroed memory owned by the backend until release().
   virtual Tensor alloc(int64_t rows, int64_t cols) = 0;

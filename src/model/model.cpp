@@ -10,6 +10,27 @@
 
 namespace strata::model {
 
+namespace {
+
+uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
+
+// The key under which the backend may record a window as a graph (Backend::begin_window): its
+// row count, logits mode and the state tensors it updates. 0 (no recording) where the sequence
+// of ops depends on more than that: dumps and route controls read activations back mid-window,
+// a streaming expert source decides per layer on the host, and qwen4exp's QSA completes blocks
+// and grows its score width with the position.
+uint64_t window_key(const ModelConfig& c, int64_t T, LogitsMode mode, const State& state,
+                    bool host_in_the_loop) {
+  if (host_in_the_loop || c.arch == Arch::Qwen4Exp) return 0;
+  uint64_t h = mix(mix(0xcbf29ce484222325ull, uint64_t(T)), uint64_t(mode));
+  for (const LayerState& l : state.layers)
+    for (const Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm})
+      h = mix(h, uint64_t(reinterpret_cast<uintptr_t>(t->data)));
+  return h == 0 ? 1 : h;
+}
+
+}  // namespace
+
 Model::Model(std::unique_ptr<gguf::Reader> reader, backend::Backend& backend)
     : reader_(std::move(reader)), backend_(backend) {}
 
@@ -55,6 +76,17 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
     explicit WindowScope(experts::ExpertSource& s) : source(s) { source.begin_window(); }
     ~WindowScope() { source.end_window(); }
   } window_scope(*experts_);
+  const bool host_in_the_loop = dump_ || route_ || experts_->all_resident(0).empty() ||
+                                experts_->wants_read_ahead();
+  struct BackendWindow {
+    backend::Backend& be;
+    bool open = true;
+    BackendWindow(backend::Backend& b, uint64_t key) : be(b) { be.begin_window(key); }
+    ~BackendWindow() {
+      if (open) be.end_window(false);
+    }
+  } backend_window(backend_, window_key(c, T, mode, state, host_in_the_loop));
+  // The window's scratch lives inside the recording: its allocations repeat with its ops.
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
   w.route = route_.get();
   for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
@@ -87,6 +119,8 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   w.dump("final_norm", -1, h);
   Tensor logits = keep(rows.rows, c.n_vocab);
   backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)
+  backend_window.open = false;
+  backend_.end_window(true);
   std::vector<float> out(size_t(rows.rows * c.n_vocab));
   backend_.download(logits, out.data());
   state.n_past += T;
