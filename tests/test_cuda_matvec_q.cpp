@@ -123,9 +123,8 @@ std::vector<uint8_t> weight_rows(Type t, int64_t rows, int64_t cols, size_t stri
 }
 
 // y[t * rows + r] = dot_ref(row r, quantize_act_ref(x_t)): what quant::matvec computes.
-std::vector<float> cpu_reference(Type t, const std::vector<uint8_t>& w, size_t stride,
-                                 int64_t rows, int64_t cols, const std::vector<float>& x,
-                                 int tokens) {
+std::vector<float> cpu_reference(Type t, const std::vector<uint8_t>& w, size_t stride, int64_t rows,
+                                 int64_t cols, const std::vector<float>& x, int tokens) {
   const quant::FormatKernels& k = quant::kernels(t);
   std::vector<uint8_t> act(quant::act_bytes(k.act, cols));
   std::vector<float> y(size_t(rows) * tokens);
@@ -152,8 +151,7 @@ std::vector<float> gpu_matvec_q(Type t, const cuda::DeviceBuffer& w, size_t stri
                                 int64_t cols, const cuda::DeviceBuffer& x, int tokens,
                                 const cuda::MatvecQOptions& options = {}) {
   cuda::DeviceBuffer y(size_t(rows) * tokens * sizeof(float));
-  device().matvec_q(t, w.data(), stride, rows, cols, x.as<float>(), y.as<float>(), tokens,
-                    options);
+  device().matvec_q(t, w.data(), stride, rows, cols, x.as<float>(), y.as<float>(), tokens, options);
   return from_device<float>(y, size_t(rows) * tokens);
 }
 
@@ -175,16 +173,16 @@ TEST_P(CudaMatvecQ, EqualsCpuDotBitwiseAndDeterministic) {
   ASSERT_TRUE(cuda::has_matvec_q(t));
   const int64_t blk = quant::type_info(t).block_elems;
   const Shape shapes[] = {
-      {1, blk, 0},                // one block: most lanes idle
-      {77, 2560, 0},              // rows not a multiple of the rows per warp
-      {64, 2560 + 8 * blk, 16},   // padded rows
-      {9, 16384, 0},              // long rows
-      {5, 3 * blk, 2},            // rows only 2-byte aligned
-      {300, 4096, 0},             // many warps
+      {1, blk, 0},               // one block: most lanes idle
+      {77, 2560, 0},             // rows not a multiple of the rows per warp
+      {64, 2560 + 8 * blk, 16},  // padded rows
+      {9, 16384, 0},             // long rows
+      {5, 3 * blk, 2},           // rows only 2-byte aligned
+      {300, 4096, 0},            // many warps
   };
   for (const Shape& s : shapes) {
-    SCOPED_TRACE(testing::Message() << quant::type_name(t) << " " << s.rows << " x " << s.cols
-                                    << " pad " << s.pad);
+    SCOPED_TRACE(testing::Message()
+                 << quant::type_name(t) << " " << s.rows << " x " << s.cols << " pad " << s.pad);
     const size_t stride = quant::row_bytes(t, s.cols) + s.pad;
     const std::vector<uint8_t> w = weight_rows(t, s.rows, s.cols, stride, 5 + s.rows + s.cols);
     const std::vector<float> x = activation_rows(s.cols, 1, 3 + s.cols, act_block(t));
@@ -307,14 +305,15 @@ TEST(CudaMatvecQErrors, RejectsBadShapesWithClearErrors) {
   EXPECT_NE(mv(Type::Q8_0, 34, 1, 32, xs, 1, bad_rows).find("rows_per_warp"), std::string::npos);
   cuda::MatvecQOptions bad_copies;
   bad_copies.grid_copies = 5;
-  EXPECT_NE(mv(Type::IQ2_XS, 74, 1, 256, xs, 1, bad_copies).find("grid_copies"),
-            std::string::npos);
+  EXPECT_NE(mv(Type::IQ2_XS, 74, 1, 256, xs, 1, bad_copies).find("grid_copies"), std::string::npos);
   EXPECT_NE(mv(Type::Q6_K, 210, 1, 100, xs, 1).find("q6_K"), std::string::npos);
-  EXPECT_NE(error_of([&] { dev.quantize_act(ActFormat::Q8_K, xs, y.data(), 100, 1); })
-                .find("not a positive multiple of the block"),
+  EXPECT_NE(error_of([&] {
+              dev.quantize_act(ActFormat::Q8_K, xs, y.data(), 100, 1);
+            }).find("not a positive multiple of the block"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { dev.quantize_act(ActFormat::Q8_0, xs + 2, y.data(), 64, 1); })
-                .find("alignment"),
+  EXPECT_NE(error_of([&] {
+              dev.quantize_act(ActFormat::Q8_0, xs + 2, y.data(), 64, 1);
+            }).find("alignment"),
             std::string::npos);
 }
 

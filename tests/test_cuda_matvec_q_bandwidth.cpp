@@ -122,8 +122,8 @@ TEST(CudaMatvecQBandwidth, DISABLED_OldVersusNew) {
       for (const Version& v : versions(t)) {
         const auto call = [&] {
           if (v.integer)
-            dev.matvec_q(t, w.data(), row_bytes, rows, cols, x.as<float>(), y.as<float>(),
-                         v.tokens, v.options);
+            dev.matvec_q(t, w.data(), row_bytes, rows, cols, x.as<float>(), y.as<float>(), v.tokens,
+                         v.options);
           else
             dev.matvec(t, w.data(), row_bytes, rows, cols, x.as<float>(), y.as<float>());
         };

@@ -78,8 +78,8 @@ size_t quantized_act_stride(quant::ActFormat f, int64_t cols);
 
 // Tuning knobs of matvec_q, for benchmarks and tests: results never depend on them.
 struct MatvecQOptions {
-  int rows_per_warp = 0;  // 4 or 8 (one activation); 0 picks by the row count
-  int grid_copies = 0;    // IQ2_XS codebook copies in shared memory: 1, 8 or 32; 0 the default
+  int rows_per_warp = 0;  // 4 or 8 (one activation); 0: the default, 4
+  int grid_copies = 0;    // IQ2_XS codebook copies in shared memory: 1, 8 or 32; 0: the default, 1
 };
 
 // One GPU: its stream and the decoder tables (i-quant codebooks) resident on it.
@@ -110,13 +110,14 @@ class Device {
               const float* x, float* y);
 
   // The mat-vec of the CPU backend (quant::matvec) on the device: the `tokens` activations
-  // x[t * cols, +cols) are quantized once into a device scratch in the layout the CPU pairs with the
-  // format (quant::kernels(t).act), then y[t * rows + r] = dot_ref(W[r,:], act_t, cols), bitwise
-  // equal to the CPU for the formats of has_matvec_q (integer block sums, the CPU's float order),
-  // deterministic, independent of the grid and of `tokens` (each activation's results equal a
-  // one-activation call). Other formats: matvec per activation. tokens in [1, kMaxMatvecTokens];
-  // cols a multiple of the block; w and row_stride 2-byte aligned, x 16. The scratch grows on
-  // first use of a larger shape (after draining the stream): warm up before capturing a graph.
+  // x[t * cols, +cols) are quantized once into a device scratch in the layout the CPU pairs with
+  // the format (quant::kernels(t).act), then y[t * rows + r] = dot_ref(W[r,:], act_t, cols):
+  // bitwise equal to the CPU for the formats of has_matvec_q (integer block sums, the CPU's float
+  // order), deterministic, independent of the grid and of `tokens` (each activation's results
+  // equal a one-activation call). Other formats: matvec per activation. tokens in
+  // [1, kMaxMatvecTokens]; cols a multiple of the block; w and row_stride 2-byte aligned, x 16.
+  // The scratch grows on first use of a larger shape (after draining the stream): warm up before
+  // capturing a graph.
   void matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
                 const float* x, float* y, int tokens = 1, const MatvecQOptions& options = {});
 

@@ -52,8 +52,8 @@ struct MatvecQLaunch {
   int tokens;  // 1..8
   float* y;    // y[t * rows + r]
   DecodeTables tables;
-  int rows_per_warp;  // 4 or 8 (one activation), 0: chosen by size
-  int grid_copies;    // IQ2_XS codebook copies in shared memory (1, 8, 32), 0: default
+  int rows_per_warp;  // 8 (one activation), else 4
+  int grid_copies;    // IQ2_XS codebook copies in shared memory (8, 32), else 1
   int device, sm_count;
   cudaStream_t stream;
 };

@@ -81,7 +81,8 @@ void run_matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows,
          quant::row_bytes(info, cols), " bytes)");
   if (reinterpret_cast<uintptr_t>(w) % 2 != 0 || row_stride % 2 != 0 ||
       reinterpret_cast<uintptr_t>(x) % 16 != 0)
-    fail("CUDA matvec_q ", name, ": weights and row stride need 2-byte alignment, the activation 16");
+    fail("CUDA matvec_q ", name,
+         ": weights and row stride need 2-byte alignment, the activation 16");
   if (rows == 0) return;
 
   MatvecQLaunch l{};
@@ -92,10 +93,7 @@ void run_matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows,
   l.tokens = tokens;
   l.y = y;
   l.tables = ctx.tables;
-  // Eight rows per warp once that still leaves every SM 16 warps of work; four below.
-  l.rows_per_warp = options.rows_per_warp;
-  if (l.rows_per_warp == 0)
-    l.rows_per_warp = rows >= int64_t(8) * 16 * ctx.sm_count ? 8 : 4;
+  l.rows_per_warp = options.rows_per_warp;  // 0: the kernels' default (4)
   l.grid_copies = options.grid_copies;
   l.device = ctx.device;
   l.sm_count = ctx.sm_count;

@@ -1,18 +1,21 @@
-// The skeleton shared by the integer mat-vecs (matvec_q_*.cu): one warp computes R rows of
-// y = W a for T activations a (the activation already in the layout the CPU backend pairs with the
-// format: Q8_0 or Q8_K blocks, or fp32), walking the row in steps of kStep blocks.
+// The skeleton shared by the integer mat-vecs (matvec_q_*.cu): a CTA of kWarps warps computes
+// kWarps * R rows of y = W a for T activations a (the activation already in the layout the CPU
+// backend pairs with the format: Q8_0 or Q8_K blocks, or fp32), walking the rows in steps of kStep
+// blocks; each warp owns R of the rows.
 //
-// Each step's bytes (R row chunks and T activation chunks) are copied by the whole warp into its
-// own shared-memory stage with cp.async, coalesced, while the warp computes the previous step from
-// the other stage; a format's lanes then read whatever part of the chunk they own with aligned
-// shared loads. That decouples the global access pattern (contiguous, as wide as the alignment
-// allows) from the lane mapping each format needs for its integer dot products.
+// Each step's bytes (a chunk of every row of the CTA, and one chunk of each activation, shared by
+// all warps) are copied with cp.async into a shared-memory stage, coalesced, while the CTA
+// computes the previous step from the other stage; a format's lanes then read whatever part of a
+// chunk they own with aligned shared loads. That decouples the global access pattern (contiguous
+// runs of at least a kilobyte per row, as wide as the alignment allows) from the lane mapping each
+// format needs for its integer dot products. (A first version staged 272-592 bytes per row and
+// per warp: DRAM reached only 40-50% of the copy rate with runs that short.)
 //
 // Exactness: a format's step() forms each block's integer sum exactly (dp4a, integer shuffles) and
 // applies the float operations of its CPU dot_ref in the same order (per-lane chains b % 8, one
 // chain, or eight element lanes), so every y equals quant::kernels(t).dot_ref(row, act, cols) bit
 // for bit, whatever R, T, the grid or the run. A row's arithmetic never depends on the other rows
-// or activations of its warp, so a T-activation call equals T one-activation calls.
+// or activations of its CTA, so a T-activation call equals T one-activation calls.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -39,9 +42,9 @@ struct Args {
   int nb;      // blocks per row
   int nsteps;  // ceil(nb / kStep)
   const uint8_t* act;
-  size_t act_stride;  // bytes between the activations of consecutive tokens
-  int tokens;         // activations present, <= the kernel's T
-  float* y;           // y[t * rows + r]
+  size_t act_stride;   // bytes between the activations of consecutive tokens
+  int tokens;          // activations present, <= the kernel's T
+  float* y;            // y[t * rows + r]
   int w_unit, a_unit;  // copy granularity (bytes) for weight and activation chunks
   const uint64_t* iq2xs_grid;
 };
@@ -55,12 +58,11 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 template <int N>
 __device__ __forceinline__ void cp_async(void* dst, const void* src) {
   if constexpr (N == 16)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)),
-                 "l"(src)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src)
                  : "memory");
   else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(shared_address(dst)),
-                 "l"(src), "n"(N)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(shared_address(dst)), "l"(src),
+                 "n"(N)
                  : "memory");
 }
 
@@ -96,7 +98,8 @@ __device__ __forceinline__ void warp_copy(uint8_t* dst, const uint8_t* src, int 
   }
 }
 
-// Small integer and float helpers --------------------------------------------------------------------
+// Small integer and float helpers
+// --------------------------------------------------------------------
 
 __device__ __forceinline__ float half_bits_to_float(uint32_t h) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
@@ -160,24 +163,29 @@ __device__ __forceinline__ float reduce8_lanes(float v) {
 // kActStride, kSharedBytes, a zero-constructible Acc, and the device functions init_shared (CTA
 // tables, may __syncthreads), step and finish.
 template <class K>
-constexpr int kStageBytes = K::R * K::kRowStride + K::T * K::kActStride;
+constexpr int kCtaRows = kWarps* K::R;
 
 template <class K>
+constexpr int kStageBytes = kCtaRows<K>* K::kRowStride + K::T* K::kActStride;
+
+// Warp w copies its own R row chunks and the chunks of activations w, w + kWarps, ...
+template <class K>
 __device__ __forceinline__ void stage_step(uint8_t* stage, const Args& a, int64_t r0, int t,
-                                           int lane) {
+                                           int warp, int lane) {
   const int blk0 = t * K::kStep;
   const int nblk = min(K::kStep, a.nb - blk0);
 #pragma unroll
   for (int rr = 0; rr < K::R; ++rr) {
+    const int row = warp * K::R + rr;
     // Rows past the end copy the last row again, so every byte a lane reads was written.
-    const int64_t r = min(r0 + rr, a.rows - 1);
-    warp_copy(stage + rr * K::kRowStride, a.w + size_t(r) * a.row_stride + size_t(blk0) * K::kBytes,
-              nblk * K::kBytes, a.w_unit, lane);
+    const int64_t r = min(r0 + row, a.rows - 1);
+    warp_copy(stage + row * K::kRowStride,
+              a.w + size_t(r) * a.row_stride + size_t(blk0) * K::kBytes, nblk * K::kBytes, a.w_unit,
+              lane);
   }
-#pragma unroll
-  for (int tok = 0; tok < K::T; ++tok) {
+  for (int tok = warp; tok < K::T; tok += kWarps) {
     const int src = min(tok, a.tokens - 1);
-    warp_copy(stage + K::R * K::kRowStride + tok * K::kActStride,
+    warp_copy(stage + kCtaRows<K> * K::kRowStride + tok * K::kActStride,
               a.act + size_t(src) * a.act_stride + size_t(blk0) * K::kActBlockBytes,
               nblk * K::kActBlockBytes, a.a_unit, lane);
   }
@@ -188,23 +196,25 @@ __global__ void __launch_bounds__(kThreads) matvec_q_kernel(const Args a) {
   extern __shared__ __align__(16) uint8_t smem[];
   K::init_shared(smem, a);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  uint8_t* const stages = smem + K::kSharedBytes + warp * 2 * kStageBytes<K>;
-  const int64_t groups = (a.rows + K::R - 1) / K::R;
-  const int64_t warps = int64_t(gridDim.x) * kWarps;
-  for (int64_t g = int64_t(blockIdx.x) * kWarps + warp; g < groups; g += warps) {
-    const int64_t r0 = g * K::R;
+  uint8_t* const stages = smem + K::kSharedBytes;
+  const int64_t groups = (a.rows + kCtaRows<K> - 1) / kCtaRows<K>;
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+    const int64_t r0 = g * kCtaRows<K>;
     typename K::Acc acc{};
-    stage_step<K>(stages, a, r0, 0, lane);
+    stage_step<K>(stages, a, r0, 0, warp, lane);
     cp_async_commit();
     for (int t = 0; t < a.nsteps; ++t) {
-      if (t + 1 < a.nsteps) stage_step<K>(stages + ((t + 1) & 1) * kStageBytes<K>, a, r0, t + 1, lane);
+      if (t + 1 < a.nsteps)
+        stage_step<K>(stages + ((t + 1) & 1) * kStageBytes<K>, a, r0, t + 1, warp, lane);
       cp_async_commit();
       cp_async_wait<1>();  // step t's group has landed (only step t + 1's may be in flight)
-      __syncwarp();
-      K::step(stages + (t & 1) * kStageBytes<K>, smem, a, t, lane, acc);
-      __syncwarp();  // every lane is done reading this stage before it is refilled
+      __syncthreads();     // ... for every thread's copies
+      const uint8_t* stage = stages + (t & 1) * kStageBytes<K>;
+      K::step(stage + warp * K::R * K::kRowStride, stage + kCtaRows<K> * K::kRowStride, smem, a, t,
+              lane, acc);
+      __syncthreads();  // every warp is done reading this stage before it is refilled
     }
-    K::finish(acc, a, r0, lane);
+    K::finish(acc, a, r0 + warp * K::R, lane);
   }
 }
 
@@ -235,7 +245,7 @@ void launch(const MatvecQLaunch& l) {
                        last * K::kActBlockBytes);
   a.iq2xs_grid = l.tables.iq2xs_grid;
 
-  const size_t smem = size_t(K::kSharedBytes) + size_t(kWarps) * 2 * kStageBytes<K>;
+  const size_t smem = size_t(K::kSharedBytes) + 2 * size_t(kStageBytes<K>);
   // Occupancy per device, looked up once (a launch must not pay for the query).
   static std::atomic<int> per_sm[kMaxDevices];
   int blocks_per_sm = l.device < kMaxDevices ? per_sm[l.device].load(std::memory_order_relaxed) : 0;
@@ -250,10 +260,9 @@ void launch(const MatvecQLaunch& l) {
     if (blocks_per_sm < 1) fail("CUDA matvec_q: kernel does not fit on the device");
     if (l.device < kMaxDevices) per_sm[l.device].store(blocks_per_sm, std::memory_order_relaxed);
   }
-  const int64_t groups = (l.rows + K::R - 1) / K::R;
-  const int64_t needed = (groups + kWarps - 1) / kWarps;
+  const int64_t groups = (l.rows + kCtaRows<K> - 1) / kCtaRows<K>;
   const int64_t resident = int64_t(blocks_per_sm) * l.sm_count;
-  const int grid = int(needed < resident ? needed : resident);
+  const int grid = int(groups < resident ? groups : resident);
   matvec_q_kernel<K><<<grid, kThreads, smem, l.stream>>>(a);
   check(cudaGetLastError(), "matvec_q launch");
 }

@@ -7,9 +7,10 @@
 //   lane[l] = fma(scale, lo + hi, lane[l]),
 // in block order; the row is ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
 //
-// Mapping: lane = 8 * slot + l. Lane l owns element lane l of the rows slot, slot + 4, ...: it reads
-// the four codes l, l + 8, l + 16, l + 24 of every block (one byte of each of four words) and its
-// four activations, and extends its chain in block order; reduce8_lanes joins the lanes at the end.
+// Mapping: lane = 8 * slot + l. Lane l owns element lane l of the rows slot, slot + 4, ... of its
+// warp: it reads the four codes l, l + 8, l + 16, l + 24 of every block (one byte of each of four
+// words) and its four activations, and extends its chain in block order; reduce8_lanes joins the
+// lanes at the end. A step is 32 blocks (1152 bytes of a row).
 #include <cuda_fp8.h>
 
 #include "backend/cuda/matvec_q.cuh"
@@ -21,8 +22,10 @@ namespace {
 template <int R_, int T_>
 struct FP8Kernel {
   static_assert(R_ % 4 == 0, "four row slots per warp");
-  static constexpr int R = R_, T = T_, kStep = 8, kBytes = 36, kActBlockBytes = 32 * 4;
-  static constexpr int kRowStride = kStep * kBytes, kActStride = kStep * kActBlockBytes;
+  static constexpr int R = R_, T = T_, kStep = 32, kBytes = 36, kActBlockBytes = 32 * 4;
+  // 16 bytes of padding per row: the four row slots read the same word offsets at once, and a
+  // 1168-byte stride (292 words, 4 mod 32) puts them in different banks.
+  static constexpr int kRowStride = kStep * kBytes + 16, kActStride = kStep * kActBlockBytes;
   static constexpr int kSharedBytes = 0;
   static constexpr int kRowsPerLane = R / 4;
 
@@ -39,25 +42,25 @@ struct FP8Kernel {
     return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(raw, __NV_E4M3)));
   }
 
-  __device__ static void step(const uint8_t* stage, const uint8_t*, const Args& a, int t, int lane,
-                              Acc& acc) {
+  __device__ static void step(const uint8_t* rows, const uint8_t* act, const uint8_t*,
+                              const Args& a, int t, int lane, Acc& acc) {
     const int l = lane & 7, slot = lane >> 3;
     // Byte l % 4 of two words into one 16-bit pair: selector nibbles l % 4 and 4 + l % 4.
     const uint32_t pick = uint32_t(l & 3) | uint32_t(4 + (l & 3)) << 4;
     const int nblk = min(kStep, a.nb - t * kStep);
-#pragma unroll
+#pragma unroll 4
     for (int i = 0; i < kStep; ++i) {
       if (i >= nblk) break;  // uniform across the warp
       float x[T][4];
 #pragma unroll
       for (int tok = 0; tok < T; ++tok) {
-        const float* xa = reinterpret_cast<const float*>(stage + R * kRowStride + tok * kActStride);
+        const float* xa = reinterpret_cast<const float*>(act + tok * kActStride);
 #pragma unroll
         for (int q = 0; q < 4; ++q) x[tok][q] = xa[32 * i + l + 8 * q];
       }
 #pragma unroll
       for (int k = 0; k < kRowsPerLane; ++k) {
-        const uint8_t* b = stage + (slot + 4 * k) * kRowStride + kBytes * i;
+        const uint8_t* b = rows + (slot + 4 * k) * kRowStride + kBytes * i;
         const float scale = *reinterpret_cast<const float*>(b);
         // Code l + 8q is byte l % 4 of word 1 + l / 4 + 2q of the block.
         const uint8_t* codes = b + 4 + 4 * (l >> 2);
@@ -93,8 +96,8 @@ struct FP8Kernel {
 
 void launch_matvec_q_fp8(const MatvecQLaunch& l) {
   if (l.tokens == 1) {
-    if (l.rows_per_warp == 4) return launch<FP8Kernel<4, 1>>(l);
-    return launch<FP8Kernel<8, 1>>(l);
+    if (l.rows_per_warp == 8) return launch<FP8Kernel<8, 1>>(l);
+    return launch<FP8Kernel<4, 1>>(l);
   }
   if (l.tokens == 2) return launch<FP8Kernel<4, 2>>(l);
   if (l.tokens <= 4) return launch<FP8Kernel<4, 4>>(l);

@@ -6,7 +6,7 @@
 // isum = sum_h (2 s_h + 1) sum_{e in h} grid_e sign_e a_e, then one chain in block order,
 // acc = fma(float(isum), d_w * d_a, acc); the row is acc * 0.125.
 //
-// Mapping: the 8 lanes of group g take block g of each half-step (4 blocks), lane j its 32
+// Mapping: the 8 lanes of group g take block g of each part of a step (4 blocks), lane j its 32
 // elements 32j.. (four groups of 8, scale byte j) in each of the warp's R rows. A reduce-scatter
 // over the group leaves lane j with block g's isum of row j (R = 8), and lanes 0..7 run the rows'
 // chains through blocks 0..3 in order with values shuffled down from groups 1..3: the float work
@@ -14,8 +14,8 @@
 //
 // Per group of 8 the integer work is: the codebook word from shared memory, the grid magnitudes
 // of four elements by one byte-permute from a nibble-coded entry, the sign masks by two multiplies
-// and two sign-replicating byte-permutes, and four dp4a: sum sign*g*a = dp4a(g, a) - 2 dp4a(g & neg,
-// a).
+// and two sign-replicating byte-permutes, and four dp4a: sum sign*g*a = dp4a(g, a) - 2 dp4a(g &
+// neg, a).
 #include "backend/cuda/matvec_q.cuh"
 
 namespace strata::cuda::detail::mvq {
@@ -35,13 +35,15 @@ __device__ __forceinline__ uint32_t sign_bytes(uint32_t x) {
 template <int R_, int T_, int NC>
 struct IQ2_XSKernel {
   static constexpr int R = R_, T = T_, kBytes = 74, kActBlockBytes = 292;
-  // One activation takes two half-steps per step (fewer, longer copies); more take one, which
-  // keeps their activation stages small.
-  static constexpr int kStep = T == 1 ? 8 : 4, kHalves = kStep / 4;
-  static constexpr int kRowStride = (kStep * kBytes + 15) / 16 * 16;
+  // A step is 16 blocks (1184 bytes of a row) for one activation, 8 for more (smaller activation
+  // stages), in parts of 4 blocks.
+  static constexpr int kStep = T == 1 ? 16 : 8, kParts = kStep / 4;
+  static constexpr int kRowStride = kStep * kBytes;  // a multiple of 16 for kStep = 8, 16
   static constexpr int kActStride = kStep * kActBlockBytes;
   // NC copies of the 512-entry codebook, entry e of copy c at word e * NC + c: with NC = 32 each
-  // lane reads its own bank, so the random lookups of a warp never conflict.
+  // lane reads its own bank, so the random lookups of a warp never conflict. One copy (about 3.5
+  // conflicting lanes per lookup) measured fastest on the H200: the 64 KB of 32 copies cost more
+  // occupancy than the conflicts.
   static constexpr int kSharedBytes = 512 * NC * 4;
 
   // Lane j of group 0 keeps the chain of row j >> kRowShift (after the reduce-scatter, lane j of
@@ -88,24 +90,33 @@ struct IQ2_XSKernel {
     n1 = g1 & sign_bytes(hi);
   }
 
-  __device__ static void step(const uint8_t* stage, const uint8_t* smem, const Args& a, int t,
-                              int lane, Acc& acc) {
+  __device__ static void load_act(const uint8_t* q8, uint32_t x[8]) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) x[k] = ld_shared_u32(q8 + 4 * k);
+  }
+
+  __device__ static void step(const uint8_t* rows, const uint8_t* act, const uint8_t* smem,
+                              const Args& a, int t, int lane, Acc& acc) {
     const int g = lane >> 3, j = lane & 7;
     const uint32_t* table = reinterpret_cast<const uint32_t*>(smem);
     const int copy = lane % NC;
-#pragma unroll
-    for (int half = 0; half < kHalves; ++half) {
-      const int first = t * kStep + 4 * half;  // block index (in the row) of group 0
+#pragma unroll 1
+    for (int part = 0; part < kParts; ++part) {
+      const int first = t * kStep + 4 * part;  // block index (in the row) of group 0
       if (first >= a.nb) break;                // uniform across the warp
-      const int bi = 4 * half + g;             // this group's block in the chunk
+      const int bi = 4 * part + g;             // this group's block in the chunk
       // The lane's four uint16 start 2 + 8j bytes into its block: word-aligned for odd bi, 2 bytes
       // past a word for even bi (74 bi = 2 mod 4 exactly when bi is odd).
       const int qs_offset = kBytes * bi + 2 + 8 * j - ((bi & 1) ? 0 : 2);
       const int shift = (bi & 1) ? 0 : 16;
+      const int act_offset = kActBlockBytes * bi + 4 + 32 * j;
+      // One activation: its 32 codes read once for all R rows.
+      uint32_t x1[8] = {};
+      if constexpr (T == 1) load_act(act + act_offset, x1);
       int isum[T][R];
 #pragma unroll
       for (int rr = 0; rr < R; ++rr) {
-        const uint8_t* row = stage + rr * kRowStride;
+        const uint8_t* row = rows + rr * kRowStride;
         const uint32_t w0 = ld_shared_u32(row + qs_offset), w1 = ld_shared_u32(row + qs_offset + 4);
         const uint32_t w2 = ld_shared_u32(row + qs_offset + 8);
         const uint32_t qa = __funnelshift_r(w0, w1, shift), qb = __funnelshift_r(w1, w2, shift);
@@ -117,29 +128,39 @@ struct IQ2_XSKernel {
         decode<true>(qb, table, copy, mag[3][0], mag[3][1], neg_mag[3][0], neg_mag[3][1]);
 #pragma unroll
         for (int tok = 0; tok < T; ++tok) {
-          const uint8_t* q8 = stage + R * kRowStride + tok * kActStride + kActBlockBytes * bi + 4 +
-                              32 * j;
-          int pos[2] = {0, 0}, neg[2] = {0, 0};
+          uint32_t x[8];
+          if constexpr (T == 1) {
+#pragma unroll
+            for (int k = 0; k < 8; ++k) x[k] = x1[k];
+          } else {
+            load_act(act + tok * kActStride + act_offset, x);
+          }
+          // Separate sums per group keep the dp4a dependency chains two deep.
+          int pos[4], neg[4];
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const int a0 = int(ld_shared_u32(q8 + 8 * i)), a1 = int(ld_shared_u32(q8 + 8 * i + 4));
-            pos[i >> 1] = __dp4a(int(mag[i][0]), a0, __dp4a(int(mag[i][1]), a1, pos[i >> 1]));
-            neg[i >> 1] =
-                __dp4a(int(neg_mag[i][0]), a0, __dp4a(int(neg_mag[i][1]), a1, neg[i >> 1]));
+            pos[i] =
+                __dp4a(int(mag[i][0]), int(x[2 * i]), __dp4a(int(mag[i][1]), int(x[2 * i + 1]), 0));
+            neg[i] = __dp4a(int(neg_mag[i][0]), int(x[2 * i]),
+                            __dp4a(int(neg_mag[i][1]), int(x[2 * i + 1]), 0));
           }
-          isum[tok][rr] = (pos[0] - 2 * neg[0]) * int(2 * (scale_byte & 15) + 1) +
-                          (pos[1] - 2 * neg[1]) * int(2 * (scale_byte >> 4) + 1);
+          const int scale_lo = int(2 * (scale_byte & 15) + 1),
+                    scale_hi = int(2 * (scale_byte >> 4) + 1);
+          isum[tok][rr] = ((pos[0] + pos[1]) - 2 * (neg[0] + neg[1])) * scale_lo +
+                          ((pos[2] + pos[3]) - 2 * (neg[2] + neg[3])) * scale_hi;
         }
       }
       // Lane j of group g: block bi's exact sum for row j >> kRowShift, with its d_w * d_a.
-      const uint8_t* own_row = stage + (j >> kRowShift) * kRowStride;
-      const float dw = half_bits_to_float(*reinterpret_cast<const uint16_t*>(own_row + kBytes * bi));
+      const uint8_t* own_row = rows + (j >> kRowShift) * kRowStride;
+      const float dw =
+          half_bits_to_float(*reinterpret_cast<const uint16_t*>(own_row + kBytes * bi));
 #pragma unroll
       for (int tok = 0; tok < T; ++tok) {
-        const uint8_t* act = stage + R * kRowStride + tok * kActStride;
+        const uint8_t* act_tok = act + tok * kActStride;
         const float block_sum = __int2float_rn(reduce_scatter8<R>(isum[tok], j));
-        const float scale = __fmul_rn(dw, *reinterpret_cast<const float*>(act + kActBlockBytes * bi));
-        // The chain through the half-step's blocks in order, in the lanes of group 0.
+        const float scale =
+            __fmul_rn(dw, *reinterpret_cast<const float*>(act_tok + kActBlockBytes * bi));
+        // The chain through the part's blocks in order, in the lanes of group 0.
         float sums[4], scales[4];
 #pragma unroll
         for (int gg = 0; gg < 4; ++gg) {
@@ -167,15 +188,14 @@ struct IQ2_XSKernel {
 
 void launch_matvec_q_iq2_xs(const MatvecQLaunch& l) {
   if (l.tokens == 1) {
-    if (l.grid_copies == 1) return launch<IQ2_XSKernel<4, 1, 1>>(l);
     if (l.grid_copies == 8) return launch<IQ2_XSKernel<4, 1, 8>>(l);
     if (l.grid_copies == 32) return launch<IQ2_XSKernel<4, 1, 32>>(l);
-    if (l.rows_per_warp == 4) return launch<IQ2_XSKernel<4, 1, 8>>(l);
-    return launch<IQ2_XSKernel<8, 1, 8>>(l);
+    if (l.rows_per_warp == 8) return launch<IQ2_XSKernel<8, 1, 1>>(l);
+    return launch<IQ2_XSKernel<4, 1, 1>>(l);
   }
-  if (l.tokens == 2) return launch<IQ2_XSKernel<4, 2, 8>>(l);
-  if (l.tokens <= 4) return launch<IQ2_XSKernel<2, 4, 8>>(l);
-  return launch<IQ2_XSKernel<2, 8, 8>>(l);
+  if (l.tokens == 2) return launch<IQ2_XSKernel<4, 2, 1>>(l);
+  if (l.tokens <= 4) return launch<IQ2_XSKernel<2, 4, 1>>(l);
+  return launch<IQ2_XSKernel<2, 8, 1>>(l);
 }
 
 }  // namespace strata::cuda::detail::mvq
