@@ -113,7 +113,10 @@ void Server::add_routes() {
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
         send_error(res, ApiError(500, "Internal error.", "", "internal_error", "server_error"));
       });
-  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  // Counted before the response leaves (httplib runs this after the route and the error
+  // handler, before it writes the status line): a client that has its answer and asks /metrics
+  // next must find the request counted. The logger runs after the write, which left a window.
+  svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     metrics_.count_request(endpoint_label(req.path), res.status);
   });
 
