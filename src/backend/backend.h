@@ -5,7 +5,7 @@
 // Rows are tokens of one window. Every op computes output row r from input row r alone (plus the
 // per-layer state for attention, conv and the delta rule, which it reads in position order), with
 // a reduction order that does not depend on how many rows the window has: a T-row window gives
-// bitwise the results of T one-row windows (DESIGN.md, "Determinism").
+// bitwise the results of T one-row windows (docs/DESIGN.md, "Determinism").
 #pragma once
 
 #include <cstddef>

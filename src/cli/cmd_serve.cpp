@@ -48,6 +48,8 @@ void run_serve(const ServeOptions& o) {
   install_routing(model.model(), {}, o.experts.pack);
   server::Server srv(model, o.server);
   const int port = srv.bind();
+  if (const std::string warning = server::startup_warning(o.server); !warning.empty())
+    std::fprintf(stderr, "strata: %s\n", warning.c_str());
 
   std::thread watcher([&srv] {
     sigset_t wait_for;
@@ -90,6 +92,9 @@ void add_serve_command(CLI::App& app) {
                   "Seconds a request may take, queue wait and generation together")
       ->capture_default_str();
   cmd->add_option("--max-body", s.max_body, "Largest request body in bytes; past it, 413")
+      ->capture_default_str();
+  cmd->add_option("--read-timeout", s.read_timeout_s,
+                  "Seconds a client has to send a whole request (line, headers, body); past it, 408")
       ->capture_default_str();
   cmd->add_option("--api-key", s.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/ routes (default: none)");

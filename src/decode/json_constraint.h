@@ -106,6 +106,7 @@ class JsonConstraint {
   mutable std::vector<uint64_t> allowed_;
   mutable std::vector<Stack> slots_;
   mutable std::vector<std::vector<Stack>> forks_;
+  mutable uint64_t steps_ = 0;  // automaton steps of the current apply()
 };
 
 }  // namespace strata::decode

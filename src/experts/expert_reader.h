@@ -1,5 +1,5 @@
 // ExpertReader: the I/O pool that brings pack records into caller memory (the expert arena or its
-// staging buffers; DESIGN.md, "Expert arena, tiers and I/O").
+// staging buffers; docs/DESIGN.md, "Expert arena, tiers and I/O").
 //
 // - Reader threads (default 8), of which `urgent_threads` (default 2) serve only urgent requests,
 //   so a miss never queues behind read-ahead. Urgent requests go before read-ahead ones.

@@ -1,6 +1,7 @@
 // Where a layer's routed experts come from. The forward pass reaches expert weights only through
 // this interface: the file-mapped stacks when everything fits in memory, or the streaming expert
-// cache (arena slots filled from the .experts pack, streaming_source.h; DESIGN.md, "Expert arena").
+// cache (arena slots filled from the .experts pack, streaming_source.h;
+// docs/DESIGN.md, "Expert arena, tiers and I/O").
 #pragma once
 
 #include <cstdint>

@@ -221,8 +221,8 @@ void StreamingSource::layer(int il, const backend::Routing& routing, const Group
     ~Release() { arena.release_holds(); }
   } release{*arena_};
   if (groups.size() == 1 && n_hits > 0 && n_hits < ids.size()) {
-    // Resident first (DESIGN.md, "The decode window"): the misses' reads go out, then the
-    // residents are computed while they land, then the misses.
+    // Resident first (docs/DESIGN.md, "The decode window"): the misses' reads go out, then
+    // the residents are computed while they land, then the misses.
     std::vector<int32_t> hits(order.begin(), order.begin() + ptrdiff_t(n_hits));
     std::vector<int32_t> misses(order.begin() + ptrdiff_t(n_hits), order.end());
     std::sort(hits.begin(), hits.end());

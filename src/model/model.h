@@ -1,7 +1,7 @@
 // A loaded model: the GGUF mapping, its config, the trunk weights prepared by the backend, the
 // routed experts behind an ExpertSource, and forward(), which pushes one window of T rows through
-// every layer in one pass (DESIGN.md, "The decode window"). Prefill is the same call with a large
-// T; a T-row window gives bitwise the logits of T one-row windows (DESIGN.md, "Determinism").
+// every layer in one pass (docs/DESIGN.md, "The decode window"). Prefill is the same call with a large
+// T; a T-row window gives bitwise the logits of T one-row windows (docs/DESIGN.md, "Determinism").
 #pragma once
 
 #include <cstdint>

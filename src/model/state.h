@@ -2,7 +2,7 @@
 // recurrent (delta rule) state of every Gated DeltaNet layer, qwen4exp's PLE token history and
 // conv inputs and QSA index keys, and how many positions are done.
 // All of it lives in backend memory. A copy is a snapshot: speculative decoding rolls a rejected
-// draft back by restoring one (DESIGN.md, "Speculative decoding").
+// draft back by restoring one (docs/DESIGN.md, "Speculative decoding").
 #pragma once
 
 #include <cstdint>

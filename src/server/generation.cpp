@@ -154,7 +154,9 @@ decode::GenerateParams Generation::params_for(const GenerationRequest& r,
   if (n >= ctx || (r.max_tokens_given && r.gen.max_tokens > ctx - n))
     throw ApiError(400,
                    cat("This model's maximum context length is ", ctx, " tokens. However, you "
-                       "requested ", r.max_tokens_given ? cat(n + r.gen.max_tokens) : cat(n),
+                       "requested ",
+                       // Unsigned: max_tokens may be as large as int64 allows, n is positive.
+                       r.max_tokens_given ? cat(uint64_t(n) + uint64_t(r.gen.max_tokens)) : cat(n),
                        " tokens (", n, " in the prompt",
                        r.max_tokens_given ? cat(", ", r.gen.max_tokens, " in the completion") : "",
                        "). Please shorten the prompt or lower max_tokens."),

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "quant/kernels.h"
 #include "quant/types.h"
 
 namespace strata::cuda {
@@ -65,6 +66,22 @@ class DeviceBuffer {
 // Whether the backend has a decoder for weight format t (every weight format strata knows).
 bool supports(quant::Type t);
 
+// Activations one matvec_q call takes at most (a window of up to 8 tokens).
+constexpr int kMaxMatvecTokens = 8;
+
+// Whether matvec_q has an integer kernel for t, equal bit for bit to the CPU backend (Q8_0, Q4_K,
+// IQ2_XS, FP8_E4M3); other formats fall back to matvec's fp32 kernel.
+bool has_matvec_q(quant::Type t);
+
+// Bytes between consecutive activations in quantize_act's output: act_bytes rounded up to 16.
+size_t quantized_act_stride(quant::ActFormat f, int64_t cols);
+
+// Tuning knobs of matvec_q, for benchmarks and tests: results never depend on them.
+struct MatvecQOptions {
+  int rows_per_warp = 0;  // 4 or 8 (one activation); 0: the default, 4
+  int grid_copies = 0;    // IQ2_XS codebook copies in shared memory: 1, 8 or 32; 0: the default, 1
+};
+
 // One GPU: its stream and the decoder tables (i-quant codebooks) resident on it.
 class Device {
  public:
@@ -91,6 +108,23 @@ class Device {
   // the error is at most (cols/32 + 5) * 2^-24 * sum_i |w_i x_i|.
   void matvec(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
               const float* x, float* y);
+
+  // The mat-vec of the CPU backend (quant::matvec) on the device: the `tokens` activations
+  // x[t * cols, +cols) are quantized once into a device scratch in the layout the CPU pairs with
+  // the format (quant::kernels(t).act), then y[t * rows + r] = dot_ref(W[r,:], act_t, cols):
+  // bitwise equal to the CPU for the formats of has_matvec_q (integer block sums, the CPU's float
+  // order), deterministic, independent of the grid and of `tokens` (each activation's results
+  // equal a one-activation call). Other formats: matvec per activation. tokens in
+  // [1, kMaxMatvecTokens]; cols a multiple of the block; w and row_stride 2-byte aligned, x 16.
+  // The scratch grows on first use of a larger shape (after draining the stream): warm up before
+  // capturing a graph.
+  void matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
+                const float* x, float* y, int tokens = 1, const MatvecQOptions& options = {});
+
+  // x[t * cols, +cols) for t < tokens into activation layout f at out + t * quantized_act_stride,
+  // bytes equal to quant::quantize_act_ref (F32: copied). cols a multiple of f's block, x
+  // 16-byte aligned, out 16-byte aligned.
+  void quantize_act(quant::ActFormat f, const float* x, void* out, int64_t cols, int tokens = 1);
 
  private:
   struct Impl;

@@ -113,6 +113,7 @@ struct Device::Impl {
   DeviceBuffer tables_memory;
   detail::DecodeTables tables{};
   detail::LaunchLimits limits{};
+  DeviceBuffer act_scratch;  // matvec_q's quantized activations
 
   ~Impl() {
     if (stream) {
@@ -190,6 +191,21 @@ void Device::matvec(quant::Type t, const void* w, size_t row_stride, int64_t row
   impl_->use();
   detail::launch_matvec(t, w, row_stride, rows, cols, x, y, impl_->tables, impl_->limits,
                         impl_->stream);
+}
+
+void Device::matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
+                      const float* x, float* y, int tokens, const MatvecQOptions& options) {
+  impl_->use();
+  const detail::DeviceContext ctx{impl_->info.index, impl_->info.sm_count, impl_->stream,
+                                  impl_->tables,     impl_->limits,         impl_->act_scratch};
+  detail::run_matvec_q(t, w, row_stride, rows, cols, x, y, tokens, options, ctx);
+}
+
+void Device::quantize_act(quant::ActFormat f, const float* x, void* out, int64_t cols,
+                          int tokens) {
+  impl_->use();
+  detail::launch_quantize_act(f, x, cols, tokens, out, quantized_act_stride(f, cols),
+                              impl_->limits, impl_->stream);
 }
 
 }  // namespace strata::cuda
