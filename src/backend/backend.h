@@ -42,6 +42,17 @@ struct Tensor {
   Tensor cols_view(int64_t first, int64_t n) const { return {data + first, rows, n, stride}; }
 };
 
+// Int32 values in backend memory, row-major (stride == cols): a window's positions and token ids
+// ([T, 1]), expert ids ([T, top_k]), QSA's selected positions ([T, cap]). Views share storage.
+struct Ids {
+  int32_t* data = nullptr;  // backend memory; only the backend dereferences it
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  int64_t size() const { return rows * cols; }
+  Ids rows_view(int64_t first, int64_t n) const { return {data + first * cols, n, cols}; }
+};
+
 // One routed expert's FFN: down(silu(gate x) * up x).
 struct ExpertWeights {
   Weight gate;  // [n_ff_exp rows, n_embd cols]
@@ -68,6 +79,10 @@ class Backend {
   virtual void download(const Tensor& src, float* host) = 0;
   virtual void fill(Tensor t, float value) = 0;
   virtual void copy(const Tensor& src, Tensor dst) = 0;
+  virtual Ids alloc_ids(int64_t rows, int64_t cols) = 0;  // zeroed
+  virtual void release_ids(Ids t) = 0;
+  virtual void upload_ids(const int32_t* host, Ids dst) = 0;
+  virtual void download_ids(const Ids& src, int32_t* host) = 0;
   // Makes a file tensor (2-D, or one [.., .., n] slice of a 3-D stack) usable as a Weight.
   virtual Weight weight(const gguf::TensorInfo& tensor, int64_t slice = 0) = 0;
 

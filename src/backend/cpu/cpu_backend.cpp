@@ -18,21 +18,32 @@ namespace strata::backend {
 
 namespace {
 constexpr size_t kAlign = 64;
+
+// Zeroed, kAlign-aligned host memory for `count` elements of `size` bytes (at least one line).
+void* alloc_zeroed(const char* op, int64_t rows, int64_t cols, size_t size) {
+  if (rows < 0 || cols < 0) fail(op, ": bad shape [", rows, " x ", cols, "]");
+  const size_t bytes = size_t(rows) * size_t(cols) * size;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (!p) fail(op, ": out of memory for [", rows, " x ", cols, "] (", bytes, " bytes)");
+  std::memset(p, 0, rounded);
+  return p;
 }
+
+void check_ids(const char* op, const char* name, const Ids& ids) {
+  if (ids.rows < 0 || ids.cols < 0 || (!ids.data && ids.size() != 0))
+    fail(op, ": ", name, " [", ids.rows, " x ", ids.cols, "] has a bad shape or no storage");
+}
+}  // namespace
 
 CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
 
 CpuBackend::~CpuBackend() {
-  for (float* p : allocations_) std::free(p);
+  for (void* p : allocations_) std::free(p);
 }
 
 Tensor CpuBackend::alloc(int64_t rows, int64_t cols) {
-  if (rows < 0 || cols < 0) fail("alloc: bad shape [", rows, " x ", cols, "]");
-  const size_t bytes = size_t(rows) * size_t(cols) * sizeof(float);
-  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
-  auto* p = static_cast<float*>(std::aligned_alloc(kAlign, rounded));
-  if (!p) fail("alloc: out of memory for [", rows, " x ", cols, "] (", bytes, " bytes)");
-  std::memset(p, 0, rounded);
+  auto* p = static_cast<float*>(alloc_zeroed("alloc", rows, cols, sizeof(float)));
   allocations_.insert(p);
   return {p, rows, cols, cols};
 }
@@ -53,6 +64,29 @@ void CpuBackend::download(const Tensor& src, float* host) {
   cpu::check_tensor("download", "src", src);
   for (int64_t r = 0; r < src.rows; ++r)
     std::memcpy(host + r * src.cols, src.data + r * src.stride, size_t(src.cols) * 4);
+}
+
+Ids CpuBackend::alloc_ids(int64_t rows, int64_t cols) {
+  auto* p = static_cast<int32_t*>(alloc_zeroed("alloc_ids", rows, cols, sizeof(int32_t)));
+  allocations_.insert(p);
+  return {p, rows, cols};
+}
+
+void CpuBackend::release_ids(Ids t) {
+  if (allocations_.erase(t.data) == 0)
+    fail("release_ids: ids [", t.rows, " x ", t.cols,
+         "] were not allocated by this backend (or are a view)");
+  std::free(t.data);
+}
+
+void CpuBackend::upload_ids(const int32_t* host, Ids dst) {
+  check_ids("upload_ids", "dst", dst);
+  if (dst.size() > 0) std::memcpy(dst.data, host, size_t(dst.size()) * sizeof(int32_t));
+}
+
+void CpuBackend::download_ids(const Ids& src, int32_t* host) {
+  check_ids("download_ids", "src", src);
+  if (src.size() > 0) std::memcpy(host, src.data, size_t(src.size()) * sizeof(int32_t));
 }
 
 void CpuBackend::fill(Tensor t, float value) { cpu::fill(t, value); }

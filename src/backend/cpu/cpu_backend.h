@@ -31,6 +31,10 @@ class CpuBackend : public Backend {
   void download(const Tensor& src, float* host) override;
   void fill(Tensor t, float value) override;
   void copy(const Tensor& src, Tensor dst) override;
+  Ids alloc_ids(int64_t rows, int64_t cols) override;
+  void release_ids(Ids t) override;
+  void upload_ids(const int32_t* host, Ids dst) override;
+  void download_ids(const Ids& src, int32_t* host) override;
   // 1-D tensors (norm weights, biases) are one row; 2-D a matrix; 3-D a stack of matrices.
   Weight weight(const gguf::TensorInfo& tensor, int64_t slice = 0) override;
 
@@ -74,7 +78,7 @@ class CpuBackend : public Backend {
  private:
   cpu::ThreadPool pool_;
   cpu::Workspace ws_;
-  std::unordered_set<float*> allocations_;
+  std::unordered_set<void*> allocations_;
 };
 
 }  // namespace strata::backend

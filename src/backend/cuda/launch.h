@@ -26,6 +26,15 @@ struct LaunchLimits {
   int max_blocks;
 };
 
+// What every launcher needs from its Device: the stream ops are queued on, the decoder tables and
+// the launch limits.
+struct DeviceContext {
+  int index = 0;
+  cudaStream_t stream = nullptr;
+  DecodeTables tables{};
+  LaunchLimits limits{};
+};
+
 void launch_dequantize(quant::Type t, const void* blocks, float* out, int64_t n,
                        const DecodeTables& tables, const LaunchLimits& limits, cudaStream_t stream);
 
