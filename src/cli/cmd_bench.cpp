@@ -8,11 +8,13 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/device_flag.h"
 #include "cli/expert_flags.h"
 #include "cli/route_flags.h"
 #include "decode/loaded_model.h"
@@ -31,6 +33,7 @@ struct BenchOptions {
   int64_t prompt_tokens = 512;
   int64_t gen_tokens = 64;
   int64_t batch = 512;
+  std::string device = "auto";
   int threads = 0;
   uint64_t seed = 1;
   RouteFlags route;
@@ -43,6 +46,17 @@ uint64_t proc_status_bytes(const std::string& field) {
   while (std::getline(in, line))
     if (line.starts_with(field + ":")) return std::stoull(line.substr(field.size() + 1)) * 1024;
   return 0;
+}
+
+// What the backend did in a phase, per token: ops run one by one, windows replayed as graphs and
+// the kernels those graphs ran.
+nlohmann::ordered_json backend_json(int64_t tokens, const backend::BackendCounters& before,
+                                    const backend::BackendCounters& after) {
+  const double per_token = tokens > 0 ? 1.0 / double(tokens) : 0.0;
+  return {{"ops_per_token", double(after.ops - before.ops) * per_token},
+          {"graph_replays_per_token", double(after.graph_replays - before.graph_replays) * per_token},
+          {"graph_kernels_per_token", double(after.graph_kernels - before.graph_kernels) * per_token},
+          {"graph_captures", after.graph_captures - before.graph_captures}};
 }
 
 // One phase's speed and what the cache did during it.
@@ -74,7 +88,7 @@ void run_bench(const BenchOptions& o) {
   if (o.prompt_tokens < 1 || o.gen_tokens < 0 || o.batch < 1)
     fail("--prompt-tokens and --batch must be at least 1, --gen-tokens at least 0");
   const int64_t ctx = o.prompt_tokens + o.gen_tokens;
-  decode::LoadedModel lm({.path = o.model, .threads = o.threads, .ctx = ctx, .experts = source_options(o.experts)});
+  decode::LoadedModel lm({.path = o.model, .device = o.device, .threads = o.threads, .ctx = ctx, .experts = source_options(o.experts)});
   model::Model& m = lm.model();
   RouteFlags route = o.route;
   route.no_history = true;  // a benchmark must not depend on, nor change, earlier runs
@@ -97,6 +111,7 @@ void run_bench(const BenchOptions& o) {
   };
   model::State state = m.new_state(ctx);
   const auto start = m.expert_stats();
+  const backend::BackendCounters counters_start = m.backend().counters();
   auto t0 = Clock::now();
   for (int64_t i = 0; i < o.prompt_tokens; i += o.batch) {
     const int64_t n = std::min(o.batch, o.prompt_tokens - i);
@@ -104,20 +119,27 @@ void run_bench(const BenchOptions& o) {
   }
   const double prefill_s = seconds_since(t0);
   const auto after_prefill = m.expert_stats();
+  const backend::BackendCounters counters_prefill = m.backend().counters();
   t0 = Clock::now();
   for (int64_t i = o.prompt_tokens; i < ctx; ++i)
     m.forward(std::span(tokens).subspan(size_t(i), 1), state, model::LogitsMode::Last);
   const double decode_s = seconds_since(t0);
+  const backend::BackendCounters counters_decode = m.backend().counters();
 
   nlohmann::ordered_json j;
   j["model"] = o.model;
   j["experts"] = m.experts_description();
+  j["device"] = lm.device_description();
   j["threads"] = o.threads;
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["route_trace"] = o.route.trace;
   j["seed"] = o.seed;
   j["prefill"] = phase_json(o.prompt_tokens, prefill_s, delta(start), slot_bytes);
   j["decode"] = phase_json(o.gen_tokens, decode_s, delta(after_prefill), slot_bytes);
+  if (std::string_view(m.backend().name()) != "cpu") {  // the CPU backend runs no graphs
+    j["prefill"]["backend"] = backend_json(o.prompt_tokens, counters_start, counters_prefill);
+    j["decode"]["backend"] = backend_json(o.gen_tokens, counters_prefill, counters_decode);
+  }
   if (streaming) {
     j["cache"] = {{"slots", streaming->arena().n_slots()},
                   {"slot_bytes", slot_bytes},
@@ -143,6 +165,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--gen-tokens", o->gen_tokens, "Decode steps, one token each")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Rows per prefill window")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (default: one per hardware thread)");
+  add_device_flag(cmd, o->device);
   cmd->add_option("--seed", o->seed, "Seed of the pseudo-random token ids")->capture_default_str();
   add_route_flags(cmd, o->route, false);
   cmd->callback([o] { run_bench(*o); });

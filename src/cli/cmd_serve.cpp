@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "cli/commands.h"
+#include "cli/device_flag.h"
 #include "cli/expert_flags.h"
 #include "cli/route_flags.h"
 #include "decode/loaded_model.h"
@@ -43,6 +44,7 @@ void run_serve(const ServeOptions& o) {
   decode::LoadOptions load = o.load;
   load.experts = source_options(o.experts);
   decode::LoadedModel model(load);
+  std::fprintf(stderr, "strata: device %s\n", model.device_description().c_str());
   std::fprintf(stderr, "strata: experts %s\n", model.model().experts_description().c_str());
   // The usage history and start-up fill when the experts stream.
   install_routing(model.model(), {}, o.experts.pack);
@@ -103,6 +105,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--batch", g.batch, "Rows per prefill window")->capture_default_str();
   cmd->add_option("--threads", opts->load.threads,
                   "CPU threads (default: one per hardware thread)");
+  add_device_flag(cmd, opts->load.device);
   cmd->callback([opts] { run_serve(*opts); });
 }
 

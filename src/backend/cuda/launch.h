@@ -28,6 +28,15 @@ struct LaunchLimits {
   int max_blocks;
 };
 
+// What every launcher needs from its Device: the stream ops are queued on, the decoder tables and
+// the launch limits.
+struct DeviceContext {
+  int index = 0;
+  cudaStream_t stream = nullptr;
+  DecodeTables tables{};
+  LaunchLimits limits{};
+};
+
 void launch_dequantize(quant::Type t, const void* blocks, float* out, int64_t n,
                        const DecodeTables& tables, const LaunchLimits& limits, cudaStream_t stream);
 
@@ -61,7 +70,7 @@ void launch_matvec_q(quant::Type t, const MatvecQLaunch& l);
 
 // What Device::matvec_q hands to run_matvec_q: its device, stream, tables and activation scratch
 // (grown on demand, after the stream has drained).
-struct DeviceContext {
+struct MatvecQContext {
   int device, sm_count;
   cudaStream_t stream;
   DecodeTables tables;
@@ -70,6 +79,6 @@ struct DeviceContext {
 };
 void run_matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
                   const float* x, float* y, int tokens, const MatvecQOptions& options,
-                  const DeviceContext& ctx);
+                  const MatvecQContext& ctx);
 
 }  // namespace strata::cuda::detail

@@ -50,7 +50,7 @@ void launch_matvec_q(quant::Type t, const MatvecQLaunch& l) {
 
 void run_matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
                   const float* x, float* y, int tokens, const MatvecQOptions& options,
-                  const DeviceContext& ctx) {
+                  const MatvecQContext& ctx) {
   const char* name = quant::type_name(t);
   if (tokens < 1 || tokens > kMaxMatvecTokens)
     fail("CUDA matvec_q ", name, ": ", tokens, " activations, expected 1 to ", kMaxMatvecTokens);
