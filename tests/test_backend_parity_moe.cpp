@@ -23,9 +23,11 @@ constexpr quant::Type kFormats[] = {
 
 int64_t pick(Rng& rng, int64_t lo, int64_t hi) { return lo + int64_t(rng.below(uint32_t(hi - lo + 1))); }
 
+// Columns come in whole blocks of the weight and of its activation layout, and in groups of 8
+// (the CUDA decoders' unit; the float formats' rows too).
 int64_t block_of(quant::Type t) {
-  return std::max(quant::type_info(t).block_elems,
-                  quant::act_block_elems(quant::kernels(t).act));
+  return std::max({quant::type_info(t).block_elems,
+                   quant::act_block_elems(quant::kernels(t).act), int64_t(8)});
 }
 
 // The matmul limit against the CPU: both compute the exact sum of the same weights times the same

@@ -1,7 +1,15 @@
 // The forward pass of every architecture on the CUDA backend: synthetic tiny models (as in
-// test_model.cpp) give per-row logits within cosine 0.99999 of the CPU backend's, and on the GPU a
+// test_model.cpp) give per-row logits within cosine 0.9999 of the CPU backend's, and on the GPU a
 // T-row window gives bitwise the logits of T one-row windows (and of any other split). Skipped
 // with the reason where there is no device.
+//
+// Why 0.9999 and not closer: these tiny random models amplify ulp-level differences. Every matmul
+// quantizes its activation, so a value an ulp from a rounding boundary moves a whole step, and a
+// near-tie in the router flips an expert. Injecting relative noise of 1e-7 into the CPU backend's
+// own matmul outputs moves its logits to cosine 0.99998 (qwen3moe q4_k), 0.999994 (qwen3next
+// q4_k), 0.99990 (qwen4exp iq2_xs) and 0.9586 (qwen3moe iq2_xs, a routing flip) against the
+// unperturbed CPU (docs/CUDA.md). The GPU's fp32 dot products differ from the CPU's integer ones by
+// about that much; only bitwise-equal dot products would do better.
 #include <gtest/gtest.h>
 
 #ifdef STRATA_HAVE_CUDA
@@ -93,7 +101,7 @@ TEST_P(CudaModel, MatchesCpuAndWindowsAreBitwise) {
   std::printf("[ cosine   ] %s/%s: worst row %.9f, %.1f MiB of weights on the device\n",
               GetParam().arch.c_str(), GetParam().expert_type.c_str(), worst,
               double(gpu.device_bytes_used()) / (1 << 20));
-  EXPECT_GE(worst, 0.99999);
+  EXPECT_GE(worst, 0.9999);
   EXPECT_TRUE(strata::testing::bitwise_equal(got, run_windows(*mg, tokens, std::vector<int64_t>(n, 1))))
       << "T-row window vs one-row windows on the GPU";
   EXPECT_TRUE(strata::testing::bitwise_equal(got, run_windows(*mg, tokens, {5, 1, 12, 3})))
