@@ -64,7 +64,9 @@ Tensor norm_streams(Window& w, const Tensor& x, const Weight& gain) {
   const int64_t n = w.c.n_embd;
   Tensor y = w.tmp(x.rows, x.cols);
   for (int64_t s = 0; s < w.c.hc_count; ++s) {
-    const Weight g{gain.type, static_cast<const float*>(gain.data) + s * n, n, 1, gain.row_stride};
+    // Stream s's gains: n values of the [hc_count * n] vector, a one-row weight of their own.
+    const Weight g{gain.type, static_cast<const float*>(gain.data) + s * n, n, 1,
+                   size_t(n) * sizeof(float)};
     w.be.rms_norm(x.cols_view(s * n, n), &g, n, float(w.c.rms_eps), y.cols_view(s * n, n));
   }
   return y;

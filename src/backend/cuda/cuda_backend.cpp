@@ -17,6 +17,19 @@ constexpr size_t kStagingAlign = 16;
 
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+// FNV-1a over the first and last 256 bytes: with the address, name, type and shape it tells a
+// tensor from a different one mapped later at the same address (another model file).
+uint64_t sample_hash(const uint8_t* p, size_t bytes) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const uint8_t* q, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ q[i]) * 1099511628211ull;
+  };
+  const size_t head = std::min<size_t>(bytes, 256);
+  mix(p, head);
+  mix(p + bytes - std::min(bytes - head, size_t(256)), std::min(bytes - head, size_t(256)));
+  return h;
+}
+
 void check_ids(const char* op, const char* name, const Ids& ids) {
   require(ids.rows >= 0 && ids.cols >= 0 && (ids.data || ids.size() == 0), op, name, " [",
           ids.rows, " x ", ids.cols, "] has a bad shape or no storage");
@@ -194,8 +207,13 @@ void CudaBackend::copy(const Tensor& src, Tensor dst) {
   check_tensor(op, "dst", dst);
   check_same_shape(op, "src", src, "dst", dst);
   if (src.data == dst.data && src.stride == dst.stride) return;
-  check_no_overlap(op, "src", src, "dst", dst);
-  cuda::detail::launch_copy(impl_->ctx, src, dst);
+  if (!overlaps(src, dst)) return cuda::detail::launch_copy(impl_->ctx, src, dst);
+  // Views of one tensor whose address ranges interleave (columns of one row block, as the
+  // hyper-connection streams are) or truly overlap: through a temporary, as memmove would.
+  const Scratch tmp(impl_->ctx.stream, size_t(src.rows * src.cols) * sizeof(float));
+  const Tensor t{tmp.as<float>(), src.rows, src.cols, src.cols};
+  cuda::detail::launch_copy(impl_->ctx, src, t);
+  cuda::detail::launch_copy(impl_->ctx, t, dst);
 }
 
 Ids CudaBackend::alloc_ids(int64_t rows, int64_t cols) {
@@ -243,7 +261,8 @@ Weight CudaBackend::weight(const gguf::TensorInfo& tensor, int64_t slice) {
   w.row_stride = tensor.row_stride();
   const size_t slice_bytes = size_t(w.rows) * w.row_stride;
   const size_t bytes = slice_bytes * size_t(n_slices);
-  const auto key = std::make_pair(static_cast<const void*>(tensor.data), bytes);
+  const UploadKey key{tensor.data, bytes, int(tensor.type), tensor.name, tensor.shape,
+                      sample_hash(tensor.data, bytes)};
   auto it = impl_->uploads.find(key);
   if (it == impl_->uploads.end()) {
     STRATA_CUDA_CHECK(cudaSetDevice(impl_->ctx.index));

@@ -84,12 +84,24 @@ class Scratch {
 // weight types present and the widest hidden layer. Rebuilt when the span's content changes.
 struct ExpertTable {
   std::vector<cuda::detail::ExpertEntry> host;
-  void* device = nullptr;  // cudaMalloc'd copy of host
+  void* device = nullptr;  // the device copy of host (stream-ordered pool)
   std::vector<quant::Type> gate_up_types, down_types;
   bool act_used[3] = {};  // gate/up activation layouts (ActQuant) the table needs
   int64_t max_ff = 0;     // widest gate/up rows
   int64_t max_cols = 0;   // widest down row
   int64_t checked_cols = -1;  // the activation width every entry was checked against
+};
+
+// What identifies an uploaded file tensor: its host address and size, name, type, shape and a
+// hash of its first and last bytes.
+struct UploadKey {
+  const void* data;
+  size_t bytes;
+  int type;
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t sample;
+  auto operator<=>(const UploadKey&) const = default;
 };
 
 struct CudaBackend::Impl {
@@ -113,7 +125,7 @@ struct CudaBackend::Impl {
   const cuda::detail::DeviceContext& ctx;
   Staging staging;
   std::unordered_set<void*> allocations;                     // tensors and ids
-  std::map<std::pair<const void*, size_t>, cuda::DeviceBuffer> uploads;  // (host data, bytes)
+  std::map<UploadKey, cuda::DeviceBuffer> uploads;
   std::map<const uint8_t*, size_t> upload_ranges;            // device base -> bytes
   size_t upload_bytes = 0;
   std::unordered_map<const ExpertWeights*, ExpertTable> expert_tables;

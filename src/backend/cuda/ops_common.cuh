@@ -65,7 +65,7 @@ __device__ __forceinline__ void quantize_block_warp(float (&v)[kPerLane], ActQua
     float q = __fmul_rn(v[i], id);
     q = q > -127.0f ? q : -127.0f;
     q = q < 127.0f ? q : 127.0f;
-    v[i] = __fmul_rn(scale, rintf(q));
+    v[i] = __fmul_rn(scale, __fadd_rn(rintf(q), 0.0f));  // + 0: a -0 code is the integer 0
   }
 }
 
