@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/expert_flags.h"
 #include "cli/route_flags.h"
+#include "cli/spec_flags.h"
 #include "decode/loaded_model.h"
 #include "server/server.h"
 #include "util/error.h"
@@ -23,6 +24,7 @@ namespace {
 struct ServeOptions {
   decode::LoadOptions load;
   ExpertFlags experts;
+  SpecFlags spec;
   server::ServerOptions server;
 };
 
@@ -46,7 +48,9 @@ void run_serve(const ServeOptions& o) {
   std::fprintf(stderr, "strata: experts %s\n", model.model().experts_description().c_str());
   // The usage history and start-up fill when the experts stream.
   install_routing(model.model(), {}, o.experts.pack);
-  server::Server srv(model, o.server);
+  server::ServerOptions so = o.server;
+  so.generation.spec = spec_options(o.spec);
+  server::Server srv(model, so);
   const int port = srv.bind();
 
   std::thread watcher([&srv] {
@@ -98,6 +102,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--batch", g.batch, "Rows per prefill window")->capture_default_str();
   cmd->add_option("--threads", opts->load.threads,
                   "CPU threads (default: one per hardware thread)");
+  add_spec_flags(cmd, opts->spec);
   cmd->callback([opts] { run_serve(*opts); });
 }
 
