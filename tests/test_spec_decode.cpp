@@ -5,7 +5,9 @@
 // rows, bitwise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -181,6 +183,80 @@ TEST_P(SpecDecode, RollbackEqualsNeverSeeingTheRejectedRowsBitwise) {
   EXPECT_EQ(journal.rollbacks(), 4);  // keep = 5 keeps the whole window
   EXPECT_THROW(journal.rollback(*std::make_unique<model::State>(m.new_state(8)), 1), Error);
 }
+
+TEST_P(SpecDecode, MtpModeNeedsAnMtpBlock) {
+  SessionOptions so{.n_ctx = 64};
+  so.spec.mode = spec::Mode::Mtp;
+  if (tiny_->model->has_mtp())
+    EXPECT_NO_THROW(Session(*tiny_->model, *tiny_->tok, so));
+  else
+    EXPECT_THROW(Session(*tiny_->model, *tiny_->tok, so), Error);
+}
+
+// The MTP head drafting for real (tiny random weights: its drafts are mostly wrong, which is
+// what exercises the rollbacks), then with the acceptance knob on a forced continuation.
+class MtpDecode : public SpecDecode {};
+
+TEST_P(MtpDecode, MtpDraftsGiveThePlainTokens) {
+  const auto prompt = prompt_tokens(20, tiny_->model->config().n_vocab);
+  for (bool sampled : {false, true}) {
+    const GenerateResult reference = plain(prompt, params(sampled));
+    for (std::optional<int> depth : {std::optional<int>(1), std::optional<int>(3), std::optional<int>()}) {
+      SessionOptions so{.n_ctx = 160};
+      so.spec.mode = spec::Mode::Mtp;
+      so.spec.depth = depth;
+      Session s(*tiny_->model, *tiny_->tok, so);
+      const GenerateResult r = s.generate(prompt, params(sampled), {});
+      EXPECT_EQ(r.tokens, reference.tokens) << "sampled " << sampled << " depth " << depth.value_or(-1);
+      ASSERT_TRUE(r.telemetry.spec.has_value());
+      if (depth) EXPECT_GT(r.telemetry.spec->source_windows[size_t(spec::Source::Mtp)], 0);
+      // A second turn on the same session: the head's cache catches up over the new prompt.
+      std::vector<int32_t> next(s.tokens());
+      next.push_back(7);
+      Session fresh(*tiny_->model, *tiny_->tok, {.n_ctx = 160});
+      fresh.generate(prompt, params(sampled), {});
+      GenerateParams more = params(sampled);
+      more.max_tokens = 8;
+      EXPECT_EQ(s.generate(next, more, {}).tokens, fresh.generate(next, more, {}).tokens);
+    }
+  }
+}
+
+TEST_P(MtpDecode, AcceptanceKnobOnAForcedContinuation) {
+  const int64_t vocab = tiny_->model->config().n_vocab;
+  // A text without end tokens (one would end the generation, as in plain decoding).
+  std::vector<int32_t> text = prompt_tokens(60, vocab);
+  const auto& v = tiny_->tok->vocab();
+  for (const auto& end : {v.eos, v.find("<|im_end|>"), v.find("<|endoftext|>")})
+    if (end) std::replace(text.begin(), text.end(), int32_t(*end), int32_t(5));
+  const std::span<const int32_t> all(text);
+  for (double knob : {1.0, 0.5}) {
+    SessionOptions so{.n_ctx = 160};
+    so.spec.mode = spec::Mode::Mtp;
+    so.spec.depth = 3;
+    so.spec.mtp_acceptance_knob = knob;
+    Session s(*tiny_->model, *tiny_->tok, so);
+    GenerateParams p = params(false);
+    p.max_tokens = 100;
+    p.forced.assign(text.begin() + 20, text.end());
+    const GenerateResult r = s.generate(all.first(20), p, {});
+    EXPECT_EQ(r.tokens, p.forced);  // the output is the text, however the drafts went
+    const spec::Report& rep = *r.telemetry.spec;
+    ASSERT_GT(rep.drafted, 0);
+    if (knob == 1.0) {
+      EXPECT_EQ(rep.accepted, rep.drafted);
+      EXPECT_EQ(rep.rollbacks, 0);
+      EXPECT_LT(r.telemetry.decode_steps, 40 / 3 + 2);
+    } else {
+      EXPECT_GT(rep.accepted, 0);
+      EXPECT_LT(rep.accepted, rep.drafted);
+      EXPECT_NEAR(rep.acceptance(1), 0.5, 0.3);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadArchitectures, MtpDecode, ::testing::Values("qwen35moe", "qwen4exp"),
+                         [](const auto& info) { return info.param; });
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, SpecDecode,
                          ::testing::Values("qwen3moe", "qwen3next", "qwen35moe", "qwen4exp"),

@@ -6,8 +6,11 @@
 #include <cmath>
 #include <vector>
 
+#include "decode/generate.h"
 #include "decode/sampler.h"
+#include "server/metrics.h"
 #include "spec/spec_gate.h"
+#include "spec/speculator.h"
 #include "spec/suffix_drafter.h"
 #include "spec/verify.h"
 #include "util/error.h"
@@ -207,6 +210,41 @@ TEST(TypicalAcceptance, AcceptsLikelyDraftsOnly) {
   const std::vector<float> flat = {1.0f, 1.0f, 1.0f, 1.0f};
   EXPECT_TRUE(typical_accept(flat, 3, 1.0f, 0.3f, 0.09f));
   EXPECT_FALSE(typical_accept(flat, 4, 1.0f, 0.3f, 0.09f));
+}
+
+TEST(SpecReport, SinceAccumulateAndPrometheusExport) {
+  Report a;
+  a.mode = Mode::Auto;
+  a.windows = 10;
+  a.drafted_windows = 4;
+  a.drafted = 8;
+  a.accepted = 5;
+  a.tokens = 15;
+  a.judged[1][1] = 4;
+  a.hits[1][1] = 3;
+  a.judged[1][2] = 3;
+  a.hits[1][2] = 2;
+  a.t1 = 0.02;
+  a.t_ratio = {1.25};
+  Report b = accumulate(a, a);
+  EXPECT_EQ(b.windows, 20);
+  EXPECT_EQ(b.since(a).windows, 10);
+  EXPECT_DOUBLE_EQ(b.acceptance(1), 0.75);
+  EXPECT_DOUBLE_EQ(b.mean_tokens_per_window(), 1.5);
+  EXPECT_DOUBLE_EQ(b.mean_accepted_per_window(), 1.25);
+
+  server::Metrics m;
+  decode::Telemetry t;
+  t.spec = a;
+  m.count_generation(t, "stop");
+  m.count_generation(t, "stop");
+  const std::string text = m.render({});
+  for (const char* line : {"strata_spec_windows_total 20\n", "strata_spec_accepted_tokens_total 10\n",
+                           "strata_spec_t1_seconds 0.02\n", "strata_spec_window_time_ratio{rows=\"2\"} 1.25\n",
+                           "strata_spec_acceptance{position=\"1\"} 0.75\n",
+                           "strata_spec_acceptance{position=\"2\"} 0.666666667\n",
+                           "strata_spec_tokens_per_window 1.5\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << line;
 }
 
 }  // namespace
