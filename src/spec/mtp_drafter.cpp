@@ -1,6 +1,7 @@
 #include "spec/mtp_drafter.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "decode/sampler.h"
@@ -35,6 +36,11 @@ void MtpDrafter::observe(int64_t first, std::span<const float> hidden) {
     rows_.resize(size_t((first - first_) * cols));
   }
   rows_.insert(rows_.end(), hidden.begin(), hidden.end());
+  const int64_t excess = int64_t(rows_.size()) / cols - kMaxPending;
+  if (excess > 0) {
+    rows_.erase(rows_.begin(), rows_.begin() + std::ptrdiff_t(excess * cols));
+    first_ += excess;
+  }
 }
 
 MtpDrafter::Drafts MtpDrafter::draft(std::span<const int32_t> history, int k) {
@@ -47,7 +53,13 @@ MtpDrafter::Drafts MtpDrafter::draft(std::span<const int32_t> history, int k) {
   // Positions the head never saw (a prompt reused from an earlier call) stay as they are.
   state_.n_past = first_;
   const auto next = history.subspan(size_t(first_ + 1), size_t(rows));
+  const auto t0 = std::chrono::steady_clock::now();
   auto logits = model_.mtp_forward(next, rows_, state_, model::LogitsMode::Last, &chain_);
+  // The catch-up rows cost one head row per token however often the head drafts; its first
+  // draft comes out of the same window.
+  if (rows > 1)
+    d.catch_up_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
+                         double(rows - 1) / double(rows);
   rows_.clear();
   first_ = n;
   for (int j = 0; j < k && state_.n_past < state_.n_ctx(); ++j) {

@@ -18,12 +18,17 @@ class MtpDrafter {
   MtpDrafter(model::Model& model, int64_t n_ctx);
 
   // The trunk's hidden states of positions first.. (rows of Model::hidden_cols()). A position
-  // at or before earlier ones replaces them (the sequence was rolled back or re-prompted).
+  // at or before earlier ones replaces them (the sequence was rolled back or re-prompted). At
+  // most kMaxPending rows wait for the next draft: older ones are dropped, so a head that
+  // SpecGate leaves idle costs neither memory nor a long catch-up window later (the dropped
+  // positions' cache rows stay stale, which only lowers its acceptance).
   void observe(int64_t first, std::span<const float> hidden);
+  static constexpr int64_t kMaxPending = 256;
 
   struct Drafts {
     std::vector<int32_t> tokens;
     std::vector<float> probs;  // the head's probability for each drafted token
+    double catch_up_seconds = 0;  // the catch-up window's share of the drafting time
   };
   // Up to k drafts after history.back() (at position history.size() - 1); history[p] is the
   // token at position p. Empty when the hidden state before the last token was not observed.

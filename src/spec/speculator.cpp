@@ -159,7 +159,9 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
   // window and a step per draft, so auto mode weighs the sources by SpecGate's estimates first.
   std::vector<int32_t> proposal;
   if (o_.mode == Mode::Suffix || o_.mode == Mode::Auto) proposal = suffix_.propose(limit);
-  const bool use_mtp = mtp_ && (o_.mode == Mode::Mtp ||
+  // (With no suffix proposal the MTP source's own pick decides, probes included, so a head that
+  // stopped paying is still retried now and then.)
+  const bool use_mtp = mtp_ && (o_.mode == Mode::Mtp || proposal.empty() ||
                                 gate_.best_value(Source::Mtp, limit) > gate_.best_value(Source::Suffix, int(proposal.size())));
   if (!use_mtp) {
     proposal.resize(size_t(gate_.pick(Source::Suffix, int(proposal.size())).depth));
@@ -171,7 +173,10 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
   if (k == 0) return d;
   const auto t0 = Clock::now();
   MtpDrafter::Drafts m = mtp_->draft(history, k);
-  gate_.drafted(Source::Mtp, int(m.tokens.size()), std::chrono::duration<double>(Clock::now() - t0).count());
+  // d: the time per drafted token, the catch-up rows' share left out (they are a per-token cost
+  // of keeping the head's cache, paid once however the drafts come out).
+  gate_.drafted(Source::Mtp, int(m.tokens.size()),
+                std::chrono::duration<double>(Clock::now() - t0).count() - m.catch_up_seconds);
   if (o_.mtp_acceptance_knob > 0 && !forced_next.empty()) {
     // Benchmark knob: the head's drafts replaced by the text's next tokens, each right with the
     // knob's probability given the ones before it were (its compute still ran above).
