@@ -98,7 +98,7 @@ struct OracleDrafter {
   }
 };
 
-void expect_same_as_plain(SpecDecode* self, Tiny& t, bool sampled, const GenerateResult& reference,
+void expect_same_as_plain(Tiny& t, bool sampled, const GenerateResult& reference,
                           std::span<const int32_t> prompt) {
   const int64_t vocab = t.model->config().n_vocab;
   for (int depth : {1, 3, 5}) {
@@ -130,20 +130,19 @@ void expect_same_as_plain(SpecDecode* self, Tiny& t, bool sampled, const Generat
     more.max_tokens = 6;
     EXPECT_EQ(s.generate(next, more, {}).tokens, fresh.generate(next, more, {}).tokens);
   }
-  (void)self;
 }
 
 TEST_P(SpecDecode, GreedyEqualsPlainWithRejectionsAtEveryPosition) {
   const auto prompt = prompt_tokens(12, tiny_->model->config().n_vocab);
   const GenerateResult reference = plain(prompt, params(false));
   ASSERT_EQ(reference.tokens.size(), 40u);
-  expect_same_as_plain(this, *tiny_, false, reference, prompt);
+  expect_same_as_plain(*tiny_, false, reference, prompt);
 }
 
 TEST_P(SpecDecode, SampledEqualsPlainWithRejectionsAtEveryPosition) {
   const auto prompt = prompt_tokens(9, tiny_->model->config().n_vocab);
   const GenerateResult reference = plain(prompt, params(true));
-  expect_same_as_plain(this, *tiny_, true, reference, prompt);
+  expect_same_as_plain(*tiny_, true, reference, prompt);
 }
 
 TEST_P(SpecDecode, SuffixDrafterGatedByDefaultGivesThePlainTokens) {
