@@ -120,12 +120,18 @@ void expect_same_as_plain(Tiny& t, bool sampled, const GenerateResult& reference
     for (int j = 1; j <= depth; ++j) EXPECT_GT(rep.judged[size_t(spec::Source::Suffix)][size_t(j)], 0) << j;
     EXPECT_LT(r.telemetry.decode_steps, reference.telemetry.decode_steps);
     EXPECT_EQ(r.telemetry.decode_tokens, reference.telemetry.decode_tokens);
-    // The state holds what plain decoding's holds: a follow-up turn continues identically.
+    // The state holds what plain decoding's holds, bitwise: the next window's logits agree, and a
+    // follow-up turn continues identically.
     std::vector<int32_t> next(s.tokens());
     next.push_back(int32_t(vocab / 2));
     Session fresh(*t.model, *t.tok, {.n_ctx = 160});
     fresh.generate(prompt, params(sampled), {});
     EXPECT_EQ(s.tokens(), fresh.tokens());
+    model::State a = s.state(), b = fresh.state();
+    const std::vector<int32_t> probe{3, int32_t(vocab / 3)};
+    EXPECT_TRUE(bitwise_equal(t.model->forward(probe, a, model::LogitsMode::All),
+                              t.model->forward(probe, b, model::LogitsMode::All)))
+        << "depth " << depth;
     GenerateParams more = params(sampled);
     more.max_tokens = 6;
     EXPECT_EQ(s.generate(next, more, {}).tokens, fresh.generate(next, more, {}).tokens);

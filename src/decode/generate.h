@@ -108,6 +108,8 @@ class Session {
   const std::vector<int32_t>& tokens() const { return tokens_; }
   int64_t n_ctx() const { return state_.n_ctx(); }
   spec::Speculator& speculator() { return speculator_; }
+  // The model state (what tokens() lists), for inspection.
+  const model::State& state() const { return state_; }
 
  private:
   // Brings the state to hold prompt[0, n) for the largest n it can reuse, n < prompt.size().
