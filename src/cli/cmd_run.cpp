@@ -16,6 +16,7 @@
 #include "cli/device_flag.h"
 #include "cli/expert_flags.h"
 #include "cli/route_flags.h"
+#include "cli/spec_flags.h"
 #include "decode/generate.h"
 #include "decode/loaded_model.h"
 #include "experts/arena.h"
@@ -39,6 +40,7 @@ struct RunOptions {
   int64_t ctx = 4096;
   ExpertFlags experts;
   RouteFlags route;
+  SpecFlags spec;
 };
 
 // The conversation so far and how it becomes prompt tokens: the model's chat template over the
@@ -154,7 +156,7 @@ void run_run(const RunOptions& o) {
   install_routing(lm.model(), o.route, o.experts.pack);
   Conversation conv(o, lm);
   decode::Session session(lm.model(), lm.tokenizer(),
-                          {.n_ctx = o.ctx, .snapshot_prompt = !o.one_shot});
+                          {.n_ctx = o.ctx, .snapshot_prompt = !o.one_shot, .spec = spec_options(o.spec)});
 
   if (!o.one_shot) {
     chat_loop(session, lm.model(), conv, o);
@@ -203,6 +205,7 @@ void add_run_command(CLI::App& app) {
   add_expert_flags(cmd, opts->experts);
   cmd->add_option("--batch", gen.batch, "Rows per prefill window")->capture_default_str();
   add_route_flags(cmd, opts->route);
+  add_spec_flags(cmd, opts->spec);
   cmd->callback([opts, prompt] {
     opts->one_shot = prompt->count() > 0;
     run_run(*opts);

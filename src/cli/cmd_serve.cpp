@@ -13,6 +13,7 @@
 #include "cli/device_flag.h"
 #include "cli/expert_flags.h"
 #include "cli/route_flags.h"
+#include "cli/spec_flags.h"
 #include "decode/loaded_model.h"
 #include "server/server.h"
 #include "util/error.h"
@@ -24,6 +25,7 @@ namespace {
 struct ServeOptions {
   decode::LoadOptions load;
   ExpertFlags experts;
+  SpecFlags spec;
   server::ServerOptions server;
 };
 
@@ -48,7 +50,9 @@ void run_serve(const ServeOptions& o) {
   std::fprintf(stderr, "strata: experts %s\n", model.model().experts_description().c_str());
   // The usage history and start-up fill when the experts stream.
   install_routing(model.model(), {}, o.experts.pack);
-  server::Server srv(model, o.server);
+  server::ServerOptions so = o.server;
+  so.generation.spec = spec_options(o.spec);
+  server::Server srv(model, so);
   const int port = srv.bind();
   if (const std::string warning = server::startup_warning(o.server); !warning.empty())
     std::fprintf(stderr, "strata: %s\n", warning.c_str());
@@ -106,6 +110,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--threads", opts->load.threads,
                   "CPU threads (default: one per hardware thread)");
   add_device_flag(cmd, opts->load.device);
+  add_spec_flags(cmd, opts->spec);
   cmd->callback([opts] { run_serve(*opts); });
 }
 

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "experts/expert_source.h"
 #include "model/config.h"
+#include "model/journal.h"
 #include "model/model.h"
 #include "model/route_control.h"
 #include "model/state.h"
@@ -52,7 +53,8 @@ struct Window {
   const DumpFn& dump_fn;
   Scratch tmp;
   RouteControl* route = nullptr;  // trace, recording, cache-conditional routing; null: exact
-  backend::Ids positions;  // pos in backend memory, [T, 1], uploaded once per window
+  backend::Ids positions = {};  // pos in backend memory, [T, 1], uploaded once per window
+  Journal* journal = nullptr;     // a speculative window: what a rollback needs (journal.h)
 
   // Hands t to the dump callback as "name-il" (il < 0: "name"), when one is set.
   void dump(const char* name, int64_t il, const Tensor& t);
@@ -67,6 +69,11 @@ void qwen4exp_layer(Window& w, int64_t il, Tensor x);
 // qwen4exp's final hyper-connection mixer: the four streams [rows, hc_dim] -> [rows, n_embd] for
 // the LM head (it stands in for the output norm).
 Tensor qwen4exp_output(Window& w, const Tensor& x);
+// qwen4exp's MTP head around its block (qwen4exp.cpp): the input streams [T, hc_dim] into x from
+// the next tokens' embeddings e [T, n] and the hidden streams [T, hc_dim], and the head's final
+// mixer [rows, hc_dim] -> [rows, n].
+void qwen4exp_mtp_input(Window& w, const LayerWeights& L, const Tensor& e, const Tensor& streams, Tensor x);
+Tensor qwen4exp_mtp_output(Window& w, const LayerWeights& L, const Tensor& x);
 
 // The layer function of an architecture.
 LayerFn layer_function(Arch arch);

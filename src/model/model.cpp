@@ -55,7 +55,18 @@ std::unique_ptr<Model> Model::load(const std::string& path, backend::Backend& ba
   return m;
 }
 
-std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state, LogitsMode mode) {
+int64_t Model::hidden_cols() const {
+  return config_.arch == Arch::Qwen4Exp ? config_.hc_dim() : config_.n_embd;
+}
+
+void Model::rollback(State& state, Journal& journal, int64_t keep) {
+  const int64_t undone = journal.window_rows() - keep;
+  journal.rollback(state, keep);
+  if (route_) route_->rewind(undone);
+}
+
+std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state, LogitsMode mode,
+                                  const ForwardExtras& extras) {
   const ModelConfig& c = config_;
   const int64_t T = int64_t(tokens.size());
   if (T == 0) fail("forward: the window has no tokens");
@@ -76,8 +87,9 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
     explicit WindowScope(experts::ExpertSource& s) : source(s) { source.begin_window(); }
     ~WindowScope() { source.end_window(); }
   } window_scope(*experts_);
-  const bool host_in_the_loop = dump_ || route_ || experts_->all_resident(0).empty() ||
-                                experts_->wants_read_ahead();
+  // Speculative windows (journal, hidden rows for the MTP head) read state back mid-window.
+  const bool host_in_the_loop = dump_ || route_ || extras.journal || extras.hidden ||
+                                experts_->all_resident(0).empty() || experts_->wants_read_ahead();
   struct BackendWindow {
     backend::Backend& be;
     bool open = true;
@@ -89,6 +101,8 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   // The window's scratch lives inside the recording: its allocations repeat with its ops.
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
   w.route = route_.get();
+  w.journal = extras.journal;
+  if (w.journal) w.journal->begin(state, tokens);
   for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
   Scratch keep(backend_);
   w.positions = keep.ids(w.pos, T, 1);
@@ -108,7 +122,10 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   }
   if (route_) route_->end_window(T);
   if (c.has_ple()) ple_advance_history(state.ple_history, tokens);
-  const Tensor rows = mode == LogitsMode::All ? x : x.rows_view(T - 1, 1);
+  // Every row's normed state when the MTP head wants them (qwen4exp's head reads the streams
+  // instead), else only the rows with logits.
+  const bool all = mode == LogitsMode::All || (extras.hidden && !hc);
+  const Tensor rows = all ? x : x.rows_view(T - 1, 1);
   Tensor h;
   if (hc) {
     h = qwen4exp_output(w, rows);  // hyper_connection_mixer(hidden_states)
@@ -116,12 +133,18 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
     h = keep(rows.rows, c.n_embd);
     backend_.rms_norm(rows, &weights_.output_norm, c.n_embd, float(c.rms_eps), h);  // norm(hidden_states)
   }
+  if (extras.hidden) {
+    const Tensor& src = hc ? x : h;
+    extras.hidden->resize(size_t(src.rows * src.cols));
+    backend_.download(src, extras.hidden->data());
+  }
+  if (mode == LogitsMode::Last && all) h = h.rows_view(T - 1, 1);
   w.dump("final_norm", -1, h);
-  Tensor logits = keep(rows.rows, c.n_vocab);
+  Tensor logits = keep(h.rows, c.n_vocab);
   backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)
   backend_window.open = false;
   backend_.end_window(true);
-  std::vector<float> out(size_t(rows.rows * c.n_vocab));
+  std::vector<float> out(size_t(h.rows * c.n_vocab));
   backend_.download(logits, out.data());
   state.n_past += T;
   return out;

@@ -80,6 +80,7 @@ Tensor ple_layer(Window& w, int64_t il, const Tensor& x) {
   // _short_conv: silu(depthwise conv, kernel ple_conv, dilation ngram_size) over the previous
   // inputs (the state) and the window's
   Tensor out = w.tmp(w.T, c.hc_dim());
+  if (w.journal) w.journal->conv(st.ple_conv, gated_normed, L.ple_conv1d, c.ple_ngram);
   be.conv1d_dilated_silu(gated_normed, st.ple_conv, L.ple_conv1d, c.ple_ngram, out);
   be.add(gated, out, out);  // gated_value + self._short_conv(gated_value_normed, ...)
   return out;

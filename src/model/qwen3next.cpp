@@ -108,6 +108,7 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   Tensor b = w.tmp(w.T, gv), a = w.tmp(w.T, gv);
   beta_alpha_projection(w, L, x, b, a);
   Tensor conv = w.tmp(w.T, c.ssm_conv_dim());
+  if (w.journal) w.journal->conv(st.conv, qkv, L.ssm_conv1d, 1);
   be.conv1d_silu(qkv, st.conv, L.ssm_conv1d, conv);  // causal_conv1d_fn(..., activation="silu")
   w.dump("gdn_conv", il, conv);
   // torch.split(mixed_qkv, [key_dim, key_dim, value_dim])
@@ -125,8 +126,9 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   be.scale(qn, 1.0f / std::sqrt(float(s)), qn);
   be.l2_norm(k, s, 1e-6f, kn);
   Tensor core = w.tmp(w.T, vd);
-  be.gated_delta_rule(repeat_to_value_heads(w, qn), repeat_to_value_heads(w, kn), v, g, beta,
-                      st.ssm, gv, core);
+  const Tensor qr = repeat_to_value_heads(w, qn), kr = repeat_to_value_heads(w, kn);
+  if (w.journal) w.journal->delta_rule(st.ssm, qr, kr, v, g, beta, gv);
+  be.gated_delta_rule(qr, kr, v, g, beta, st.ssm, gv, core);
   w.dump("gdn_core", il, core);
   be.rms_norm(core, &L.ssm_norm, s, float(c.rms_eps), core);  // self.norm(core_attn_out, z) ...
   if (c.arch == Arch::Qwen4Exp)

@@ -49,6 +49,9 @@ class RouteControl {
                          const backend::Ids& experts, const backend::Tensor& weights);
   // The window's rows are done: the trace advances, the history ages and may be saved.
   void end_window(int64_t T);
+  // The last window's final `rows` were rolled back (speculative decoding): a replayed trace
+  // gives their positions' routes again to the rows that next take those positions.
+  void rewind(int64_t rows) { row_ -= rows; }
 
   // Counts every routed expert into `profile` from now on (strata profile); nullptr stops.
   void set_profile(route::ExpertProfile* profile) { profile_ = profile; }

@@ -43,6 +43,7 @@ const Field kLayerFields[] = {
     {"nextn.eh_proj.weight", &LayerWeights::nextn_eh_proj},
     {"nextn.enorm.weight", &LayerWeights::nextn_enorm},
     {"nextn.hnorm.weight", &LayerWeights::nextn_hnorm},
+    {"nextn.shared_head_norm.weight", &LayerWeights::nextn_shared_head_norm},
     {"nextn.hc_head_norm.weight", &LayerWeights::nextn_hc_head_norm},
     {"nextn.hc_head_down.weight", &LayerWeights::nextn_hc_head_down},
     {"nextn.hc_head_up.weight", &LayerWeights::nextn_hc_head_up},

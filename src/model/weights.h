@@ -57,6 +57,7 @@ struct LayerWeights {
   Weight nextn_eh_proj;  // [2n, n]
   Weight nextn_enorm;    // [n]
   Weight nextn_hnorm;    // [n]
+  Weight nextn_shared_head_norm;  // [n] (qwen35moe, optional: absent, output_norm stands in)
   Weight nextn_hc_head_norm, nextn_hc_head_down, nextn_hc_head_up;
 
   // qwen4exp hyper-connection mixers before the token mixer (attn) and the MoE (ffn); H = hc*n,

@@ -138,7 +138,7 @@ Generation::Generation(decode::LoadedModel& model, Metrics& metrics, GenerationO
       limits_{options_.model_id,
               std::min<int64_t>(model.model().config().n_vocab, int64_t(model.tokenizer().size()))},
       json_vocab_(model.tokenizer()),
-      session_(model.model(), model.tokenizer(), {.n_ctx = model.ctx(), .snapshot_prompt = true}),
+      session_(model.model(), model.tokenizer(), {.n_ctx = model.ctx(), .snapshot_prompt = true, .spec = options_.spec}),
       scheduler_(options_.queue) {}
 
 LiveGauges Generation::gauges() const {

@@ -26,6 +26,7 @@ struct GenerationOptions {
   size_t queue = 8;         // requests that may wait behind the running one
   double timeout_s = 600;   // a request's whole life: queue wait and generation
   int64_t batch = 512;      // prefill rows per window
+  spec::Options spec;       // speculative decoding (strata serve --spec)
 };
 
 class Generation {
