@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the CUDA-enabled strata and strata_tests on this (development) machine and bundles them,
 # stripped, with the shared libraries a bare GPU machine lacks (everything ldd resolves except the
-# C/C++ runtime and the driver) and scripts/gpu_run.sh, which runs there (docs/CUDA.md, "GPU
-# machine workflow").
+# C/C++ runtime and the driver), the reference fixtures, and scripts/gpu_run.sh, which runs there
+# (docs/CUDA.md, "GPU machine workflow").
 #
 #   scripts/gpu_bundle.sh BUNDLE_DIR [BUILD_DIR]
 #
@@ -44,6 +44,7 @@ ldd "$build/strata" "$build/strata_tests" | awk '/=> \//{print $1, $3}' | sort -
     cp -L "$path" "$bundle/lib/$name"
     strip --strip-unneeded "$bundle/lib/$name" 2>/dev/null || true
   done
+cp -r "$root/tests/fixtures" "$bundle/fixtures"  # the reference fixtures (test_fixtures_model.cpp)
 cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu_models.sh" "$bundle/"
 chmod +x "$bundle/gpu_run.sh" "$bundle/gpu_models.sh"
 

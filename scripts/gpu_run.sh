@@ -15,12 +15,13 @@ bundle=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$bundle/out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export STRATA_FIXTURES="$bundle/fixtures"
 tests="$bundle/bin/strata_tests"
 quick=0
 [[ ${1:-} == --quick ]] && quick=1
 
 # Every test that touches the GPU, and the op suite the sanitizers check.
-cuda_tests='CudaDevice.*:*CudaFormat.*:CudaConvert.*:CudaBackend.*:Backends/*.*/cuda:Archs/CudaModel.*:CudaActQuant.*:CudaMatvecQ*.*:*/CudaMatvecQ.*'
+cuda_tests='CudaDevice.*:*CudaFormat.*:CudaConvert.*:CudaBackend.*:Backends/*.*/cuda:Archs/CudaModel.*:CudaActQuant.*:CudaMatvecQ*.*:*/CudaMatvecQ.*:Reference/Fixture.*_cuda'
 # (not the test that exhausts device memory on purpose: memcheck reports its failed allocation)
 op_suite='Backends/*.*/cuda:CudaBackend.*:-CudaBackend.ExhaustedMemory*'
 
@@ -70,7 +71,7 @@ except (OSError, ValueError, KeyError) as e:
     summary["tests"] = {"error": f"no test report: {e}"}
 log = (out / "tests.log").read_text(errors="replace") if (out / "tests.log").exists() else ""
 summary["figures"] = [l.strip() for l in log.splitlines()
-                      if l.startswith(("[ cosine", "[ device", "[ graphs"))]
+                      if l.startswith(("[ cosine", "[ device", "[ graphs")) or "full window min cosine" in l]
 bench = out / "bench.log"
 if bench.exists():
     summary["benchmarks"] = [l.strip() for l in bench.read_text(errors="replace").splitlines()

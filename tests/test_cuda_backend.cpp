@@ -218,6 +218,24 @@ TEST(CudaBackend, WeightsUploadOnceAndHostPointersAreRejected) {
   Weight past_end = w5;
   past_end.rows = 33;
   expect_throws_naming([&] { be.matmul(past_end, x, be.alloc(1, 33)); }, "not device memory");
+
+  // A one-row view into a longer row (qwen4exp's per-stream gains) covers its own columns only.
+  const Floats gains = normal_floats(4 * 64, 3);
+  HostTensor gain = f32_tensor("hc_attn_norm.weight", {256}, gains);
+  const Weight whole = be.weight(gain.info);
+  const Weight last{whole.type, static_cast<const float*>(whole.data) + 192, 64, 1, whole.row_stride};
+  Tensor xs = make(be, 2, 64, normal_floats(128, 4)), ys = be.alloc(2, 64);
+  be.rms_norm(xs, &last, 64, 1e-6f, ys);
+  CpuBackend cpu(1);
+  const Weight cpu_whole = cpu.weight(gain.info);
+  const Weight cpu_last{cpu_whole.type, static_cast<const float*>(cpu_whole.data) + 192, 64, 1,
+                        cpu_whole.row_stride};
+  Tensor xc = make(cpu, 2, 64, read(be, xs)), yc = cpu.alloc(2, 64);
+  cpu.rms_norm(xc, &cpu_last, 64, 1e-6f, yc);
+  expect_bitwise(read(be, ys), read(cpu, yc), "rms_norm with the last stream's gains");
+  Weight beyond = last;
+  beyond.data = static_cast<const float*>(whole.data) + 193;
+  expect_throws_naming([&] { be.rms_norm(xs, &beyond, 64, 1e-6f, ys); }, "not device memory");
 }
 
 // weight() recognizes a tensor by address, size, name, type, shape and a sample of its bytes: new

@@ -7,6 +7,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "gguf/gguf.h"
+#include "quant/types.h"
 
 namespace strata::backend {
 
@@ -115,13 +116,17 @@ CudaBackend::Impl::~Impl() {
 
 void CudaBackend::Impl::check_device_weight(const char* op, const char* name,
                                             const Weight& w) const {
+  // The bytes the weight's rows cover: a one-row view of a longer row (qwen4exp's per-stream
+  // norm gains) ends with its own columns, not a whole stride.
   const auto* p = static_cast<const uint8_t*>(w.data);
-  const size_t bytes = size_t(std::max<int64_t>(w.rows, 1)) * w.row_stride;
+  const size_t bytes = w.rows <= 0 || w.cols <= 0
+                           ? 1
+                           : size_t(w.rows - 1) * w.row_stride + quant::row_bytes(w.type, w.cols);
   auto it = upload_ranges.upper_bound(p);
   const bool inside = it != upload_ranges.begin() && p >= std::prev(it)->first &&
                       p + bytes <= std::prev(it)->first + std::prev(it)->second;
   require(p && inside, op, name, " is not device memory from this backend's weight() (",
-          w.rows, " rows of ", w.row_stride, " bytes at ", static_cast<const void*>(p), ")");
+          bytes, " bytes at ", static_cast<const void*>(p), ")");
 }
 
 // CudaBackend --------------------------------------------------------------------------------------
