@@ -114,7 +114,19 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   if (prompt.empty()) fail("generate: the prompt is empty");
   if (int64_t(prompt.size()) > n_ctx())
     fail("the prompt has ", prompt.size(), " tokens, more than the context of ", n_ctx());
+  try {
+    return run(prompt, params, on_piece);
+  } catch (...) {
+    // A window that threw (an expert record that could not be read) may have advanced the
+    // recurrent state of the layers before the failure, so the state no longer matches tokens_:
+    // drop it, and the next call prefills from the start.
+    reset();
+    throw;
+  }
+}
 
+GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParams& params,
+                            const PieceFn& on_piece) {
   GenerateResult result;
   Telemetry& tm = result.telemetry;
   const int64_t reused = reuse_prefix(prompt);

@@ -112,6 +112,9 @@ class Session {
   const model::State& state() const { return state_; }
 
  private:
+  // generate() after its checks; a throw leaves the state half-advanced (generate resets it).
+  GenerateResult run(std::span<const int32_t> prompt, const GenerateParams& params,
+                     const PieceFn& on_piece);
   // Brings the state to hold prompt[0, n) for the largest n it can reuse, n < prompt.size().
   int64_t reuse_prefix(std::span<const int32_t> prompt);
   bool is_end(int32_t id) const;

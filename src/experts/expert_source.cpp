@@ -106,6 +106,7 @@ OpenedSource streamed(std::unique_ptr<Pack> pack, uint64_t trunk_bytes, const So
   so.budget_bytes =
       o.budget_bytes.value_or(std::max(default_expert_budget(trunk_bytes), kMinDefaultBudget));
   so.read_ahead = o.read_ahead;
+  so.reader.wrap = o.io_wrapper;
   const std::string path = pack->path();
   auto source = std::make_unique<StreamingSource>(std::move(pack), so);
   const Arena& a = source->arena();

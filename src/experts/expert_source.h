@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "experts/expert_reader.h"
 
 namespace strata::gguf {
 class Reader;
@@ -107,6 +108,7 @@ struct SourceOptions {
   std::string pack;                      // --pack; empty: the GGUF's strata.experts.pack or
                                          // MODEL.gguf.experts
   bool read_ahead = true;                // --read-ahead
+  FileIoWrapper io_wrapper;              // wraps the pack reader's I/O (fault injection)
 };
 
 struct OpenedSource {

@@ -7,6 +7,7 @@
 #include "server/api_error.h"
 #include "server/chat_reply.h"
 #include "server/encode.h"
+#include "server/http_server.h"
 #include "util/error.h"
 
 namespace strata::server {
@@ -84,6 +85,29 @@ void respond(httplib::Response& res, std::shared_ptr<Job> job, Writer writer) {
       [job](bool success) {
         if (!success) job->cancel();
       });
+}
+
+// How long a non-streaming response holds its status line while the job runs, so that a
+// generation that fails early (an expert record that cannot be read) answers with a 5xx rather
+// than a 200 whose body is an error. A longer job then goes on as json_writer says.
+constexpr auto kStatusHold = std::chrono::seconds(10);
+
+// Waits (up to kStatusHold) for a non-streaming job, watching the client's connection meanwhile:
+// throws the job's error as a 500 if it failed, cancels it if the client hung up.
+void hold_status(Job& job) {
+  const auto until = Clock::now() + kStatusHold;
+  std::vector<std::string> pieces;  // a non-streaming reply takes its text from the result
+  while (Clock::now() < until) {
+    pieces.clear();
+    if (!job.next(pieces, std::min(until, Clock::now() + kHeartbeat))) {
+      finished(job);
+      return;
+    }
+    if (!HttpServer::client_connected()) {
+      job.cancel();
+      return;
+    }
+  }
 }
 
 // A non-streaming response: spaces while the job runs, then the JSON body from the result.
@@ -244,6 +268,7 @@ void Generation::chat(const httplib::Request& req, httplib::Response& res) {
   auto reader = std::make_shared<ReplyReader>(plan.read_tool_calls, random_salt());
 
   if (!r.stream) {
+    hold_status(*job);
     respond(res, job, json_writer([head, reader](const decode::GenerateResult& result) {
               reader->feed(result.text);
               reader->finish();
@@ -294,6 +319,7 @@ void Generation::completion(const httplib::Request& req, httplib::Response& res)
   auto job = start(prompt, params_for(r, prompt.size()), deadline);
   const ResponseHeader head = new_header("cmpl-", options_.model_id);
   if (!r.stream) {
+    hold_status(*job);
     respond(res, job, json_writer([head, echo](const decode::GenerateResult& result) {
               return text_completion(head, echo + result.text,
                                      finish_reason(result.finish, false),
