@@ -214,7 +214,9 @@ TEST_P(MtpDecode, MtpDraftsGiveThePlainTokens) {
       const GenerateResult r = s.generate(prompt, params(sampled), {});
       EXPECT_EQ(r.tokens, reference.tokens) << "sampled " << sampled << " depth " << depth.value_or(-1);
       ASSERT_TRUE(r.telemetry.spec.has_value());
-      if (depth) EXPECT_GT(r.telemetry.spec->source_windows[size_t(spec::Source::Mtp)], 0);
+      if (depth) {
+        EXPECT_GT(r.telemetry.spec->source_windows[size_t(spec::Source::Mtp)], 0);
+      }
       // A second turn on the same session: the head's cache catches up over the new prompt.
       std::vector<int32_t> next(s.tokens());
       next.push_back(7);

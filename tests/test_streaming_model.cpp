@@ -137,11 +137,11 @@ void expect_streamed_equals_mapped(const std::string& arch) {
         EXPECT_TRUE(bitwise_equal(got.moe_out, want.moe_out));
         const experts::CacheStats s = *streamed->expert_stats();
         EXPECT_GT(s.misses, 0u);
-        if (slots < tiny.records) EXPECT_GT(s.evictions, 0u);
-        if (slots <= 3) EXPECT_GT(s.chunked_layers, 0u) << "the 64-row window needs chunks";
-        if (read_ahead && slots == tiny.records) EXPECT_GT(s.read_ahead_routed, 0u);
-        if (read_ahead && slots >= 12) EXPECT_GT(s.read_ahead_reads, 0u);
-        if (!read_ahead) EXPECT_EQ(s.read_ahead_reads, 0u);
+        if (slots < tiny.records) { EXPECT_GT(s.evictions, 0u); }
+        if (slots <= 3) { EXPECT_GT(s.chunked_layers, 0u) << "the 64-row window needs chunks"; }
+        if (read_ahead && slots == tiny.records) { EXPECT_GT(s.read_ahead_routed, 0u); }
+        if (read_ahead && slots >= 12) { EXPECT_GT(s.read_ahead_reads, 0u); }
+        if (!read_ahead) { EXPECT_EQ(s.read_ahead_reads, 0u); }
       }
     }
   }

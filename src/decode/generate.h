@@ -86,7 +86,7 @@ struct SessionOptions {
   // diverges inside the reply (a chat template re-rendering the assistant turn differently).
   // Costs one state copy per call; a one-shot run leaves it off.
   bool snapshot_prompt = false;
-  spec::Options spec;  // speculative decoding (off unless set; strata run/serve/bench default auto)
+  spec::Options spec{};  // speculative decoding (off unless set; strata run/serve/bench default auto)
 };
 
 class Session {

@@ -41,7 +41,7 @@ struct Ema {
 
 struct GateOptions {
   int max_depth = 4;              // the deepest window the gate may choose, in drafts
-  std::optional<int> fixed_depth;  // --spec-depth: always min(this, drafts offered)
+  std::optional<int> fixed_depth{};  // --spec-depth: always min(this, drafts offered)
   // Priors before anything is measured: acceptance per position and the slope rho.
   double prior_acceptance = 0.5;
   double prior_rho = 0.25;
