@@ -43,6 +43,17 @@ size_t count_dir(const char* path) {
   return n;
 }
 
+// Open file descriptors other than sockets (client connections open and close on their own
+// schedule; a leak on the fault path would be a pack fd, an io_uring or a pipe).
+size_t files_open() {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    n += std::filesystem::read_symlink(e.path(), ec).string().rfind("socket:", 0) != 0;
+  }
+  return n;
+}
+
 // --- The reader alone -------------------------------------------------------------------------
 
 class FaultReader : public ::testing::Test {
@@ -292,7 +303,7 @@ class FaultServer : public FaultModel {
 
 // Injected faults: the request fails with a 500 naming the record (or, streamed, an error event
 // after the 200), the next request succeeds with the fault-free text, and after many failed
-// requests the process has the same threads and file descriptors.
+// requests the process has the same threads and open files (sockets aside).
 TEST_F(FaultServer, ARequestThatHitsAFaultFailsAndTheNextSucceeds) {
   const auto baseline = complete(false);
   ASSERT_TRUE(baseline);
@@ -316,7 +327,7 @@ TEST_F(FaultServer, ARequestThatHitsAFaultFailsAndTheNextSucceeds) {
   ASSERT_EQ(next->status, 200) << next->body;
   EXPECT_EQ(text_of(next), expected);
 
-  const size_t threads = count_dir("/proc/self/task"), fds = count_dir("/proc/self/fd");
+  const size_t threads = count_dir("/proc/self/task"), fds = files_open();
   for (int i = 0; i < 20; ++i) {
     faults_.set_rates(i % 2 ? FaultRates{.short_read = 1} : FaultRates{.flip = 1});
     EXPECT_EQ(complete(i % 3 == 0)->status, i % 3 == 0 ? 200 : 500);
@@ -324,7 +335,7 @@ TEST_F(FaultServer, ARequestThatHitsAFaultFailsAndTheNextSucceeds) {
   faults_.set_rates({});
   EXPECT_EQ(text_of(complete(false)), expected);
   EXPECT_EQ(count_dir("/proc/self/task"), threads);
-  EXPECT_EQ(count_dir("/proc/self/fd"), fds);
+  EXPECT_EQ(files_open(), fds);
 }
 
 // The pack changes under the running server: a flipped byte on disk, then a truncated file.
