@@ -49,7 +49,8 @@ Floats read(Backend& be, const Tensor& t) {
 }
 
 bool same_bits(const Floats& a, const Floats& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // |got - want| <= rel * |want| + abs, element by element.

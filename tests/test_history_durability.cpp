@@ -81,6 +81,13 @@ TEST(HistoryDurability, KillNineAtAnyPointLeavesTheOldOrTheNewFile) {
   const std::string path = dir.file("m.gguf.experts.history");
   history(0).save(path);
   UsageHistory h[2] = {history(0), history(1)};
+  // How long one save takes here (a sanitizer build is several times slower): kills land at
+  // random moments of the first few saves after the child is ready.
+  const auto t0 = std::chrono::steady_clock::now();
+  h[0].save(path);
+  const auto save_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count();
   std::mt19937 rng(7);
   int old_or_new[2] = {0, 0}, torn = 0, mid_save = 0;
   for (int round = 0; round < 150; ++round) {
@@ -99,8 +106,7 @@ TEST(HistoryDurability, KillNineAtAnyPointLeavesTheOldOrTheNewFile) {
     char byte;
     ASSERT_EQ(::read(ready[0], &byte, 1), 1);
     ::close(ready[0]);
-    // A save of the 4 MiB file takes milliseconds: a random moment inside the next few saves.
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 15000));
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % uint64_t(3 * save_us + 1)));
     ::kill(child, SIGKILL);
     ::waitpid(child, nullptr, 0);
     const int w = which_on_disk(path);

@@ -111,7 +111,7 @@ TEST(Inspect, JsonReport) {
   const auto& down = j["tensors"][2];
   EXPECT_EQ(down["name"], "blk.0.ffn_down_exps.weight");
   EXPECT_EQ(down["type"], "q8_0");
-  EXPECT_EQ(down["shape"], nlohmann::json::array({32, 2, 1}));
+  EXPECT_EQ(down["shape"], nlohmann::ordered_json::array({32, 2, 1}));
   EXPECT_EQ(down["bytes"], 68);
   EXPECT_EQ(down["offset"], f.reader().tensor("blk.0.ffn_down_exps.weight").offset);
   EXPECT_EQ(down["group"], "experts");

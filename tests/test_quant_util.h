@@ -1,6 +1,8 @@
 // Shared helpers of the test_quant_*.cpp tests.
 #pragma once
 
+#include <cpuid.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -10,9 +12,12 @@
 
 namespace strata::quant::testing {
 
+// The hardware's answer, whatever STRATA_ISA says. F16C has no __builtin_cpu_supports name in
+// clang 14: its CPUID bit (leaf 1, ECX bit 29) is read directly, as src/util/cpu.cpp does.
 inline bool cpu_has_avx2() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
 constexpr Type kMyTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q8_0, Type::Q4_0,

@@ -42,7 +42,9 @@ TEST(Safetensors, ReadsWhatWasWritten) {
     EXPECT_EQ(dtype_name(got->dtype), want.dtype);
     EXPECT_EQ(got->shape, want.shape);
     ASSERT_EQ(got->nbytes, want.data.size());
-    EXPECT_EQ(0, std::memcmp(got->data, want.data.data(), want.data.size()));
+    if (!want.data.empty()) {
+      EXPECT_EQ(0, std::memcmp(got->data, want.data.data(), want.data.size()));
+    }
   }
 }
 

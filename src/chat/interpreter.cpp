@@ -1,6 +1,7 @@
 #include "chat/interpreter.h"
 
 #include <cmath>
+#include <unordered_set>
 
 #include "chat/builtins.h"
 #include "chat/lexer.h"
@@ -32,6 +33,26 @@ struct Scope {
   }
 };
 using ScopePtr = std::shared_ptr<Scope>;
+
+// Whether `v` holds the object `target` anywhere inside. Assigning a namespace into itself (or
+// into a value it holds) would make a cycle of shared pointers that is never freed: every render
+// of such a template would leak. `seen` keeps shared parts from being walked twice.
+bool holds(const Value& v, const Object* target, std::unordered_set<const void*>& seen, int depth) {
+  if (!v.is_object() && !v.is_array()) return false;
+  if (depth > 512) eval_fail("value nested deeper than 512 levels");
+  if (v.is_object()) {
+    const Object* o = &v.object();
+    if (o == target) return true;
+    if (!seen.insert(o).second) return false;
+    for (const auto& [key, item] : o->items)
+      if (holds(item, target, seen, depth + 1)) return true;
+    return false;
+  }
+  if (!seen.insert(&v.array()).second) return false;
+  for (const Value& item : v.array())
+    if (holds(item, target, seen, depth + 1)) return true;
+  return false;
+}
 
 bool num(const Value& v) { return v.is_number() || v.is_bool(); }
 bool int_like(const Value& v) { return v.is_int() || v.is_bool(); }
@@ -291,6 +312,16 @@ class Interpreter {
       if (!target || !target->is_namespace())
         located(s.pos, cat("cannot assign attribute '", s.attr, "' on '", s.targets[0],
                            "': only namespace() objects have assignable attributes"));
+      std::unordered_set<const void*> seen;
+      bool cycle = false;
+      try {
+        cycle = holds(v, &target->object(), seen, 0);
+      } catch (const EvalError& e) {
+        located(s.pos, e.what());
+      }
+      if (cycle)
+        located(s.pos, cat("cannot assign '", s.targets[0], ".", s.attr, "': the value holds '",
+                           s.targets[0], "' itself"));
       target->mutable_object().set(s.attr, std::move(v));
       return;
     }

@@ -244,7 +244,9 @@ struct ExpertReader::Impl {
     return errors;
   }
 
-  void worker(bool urgent_only) {
+  // A reader thread's FileIo, made on the constructing thread so that a factory (a test's, with
+  // state) is never called from two threads at once.
+  std::unique_ptr<FileIo> make_io() {
     std::unique_ptr<FileIo> io;
     try {
       io = factory();
@@ -252,6 +254,10 @@ struct ExpertReader::Impl {
     }
     if (!io) io = make_pread_io();
     if (opt.wrap) io = opt.wrap(std::move(io));
+    return io;
+  }
+
+  void worker(bool urgent_only, std::unique_ptr<FileIo> io) {
     std::vector<PieceRef> mine;
     std::vector<std::shared_ptr<Request>> landed;
     std::unique_lock lock(mu);
@@ -346,7 +352,9 @@ ExpertReader::ExpertReader(const Pack& pack, ReaderOptions options)
   m.open_files();
   m.choose_io();
   for (int i = 0; i < o.threads; ++i)
-    m.threads.emplace_back([&m, urgent_only = i < o.urgent_threads] { m.worker(urgent_only); });
+    m.threads.emplace_back([&m, urgent_only = i < o.urgent_threads, io = m.make_io()]() mutable {
+      m.worker(urgent_only, std::move(io));
+    });
 }
 
 ExpertReader::~ExpertReader() {

@@ -39,8 +39,9 @@ struct ReadOp {
   ssize_t result = 0;
 };
 
-// The low-level reads, one instance per reader thread (so it needs no locking). Tests replace it
-// to inject EIO, short reads and corrupted bytes.
+// The low-level reads, one instance per reader thread (so it needs no locking), all made on the
+// thread that constructs the ExpertReader. Tests replace it to inject EIO, short reads and
+// corrupted bytes.
 class FileIo {
  public:
   virtual ~FileIo() = default;

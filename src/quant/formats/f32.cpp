@@ -8,12 +8,14 @@ namespace strata::quant {
 
 namespace {
 
+// An empty range may come with null pointers (an empty vector's data()), which memcpy must not
+// be given even for zero bytes.
 void dequantize(const void* blocks, float* out, int64_t n) {
-  std::memcpy(out, blocks, size_t(n) * sizeof(float));
+  if (n > 0) std::memcpy(out, blocks, size_t(n) * sizeof(float));
 }
 
 void quantize(const float* in, void* blocks, int64_t n) {
-  std::memcpy(blocks, in, size_t(n) * sizeof(float));
+  if (n > 0) std::memcpy(blocks, in, size_t(n) * sizeof(float));
 }
 
 // Random sign, exponent in [2^-30, 2^0], random mantissa: |x| < 2.
