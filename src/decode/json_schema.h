@@ -65,7 +65,10 @@ struct Envelope {
 };
 
 struct GrammarLimits {
-  uint32_t max_whitespace = 20;  // longest run of whitespace between tokens of the document
+  // Whitespace between two tokens of the document: "", " ", or "\n" and at most max_indent
+  // spaces or tabs (at most 200); compact allows only "" and " ".
+  uint32_t max_indent = 20;
+  bool compact = false;
   uint32_t max_depth = 32;       // deepest nesting of objects and arrays (the root counts as 1)
 };
 

@@ -437,6 +437,7 @@ void compute_heights(JsonGrammar& g) {
 }
 
 void finish(JsonGrammar& g, Builder& b, const std::string& what) {
+  if (g.limits.max_indent > 200) fail(what, ": max_indent ", g.limits.max_indent, " is above 200");
   g.free_string = b.free_string();
   flatten_unions(g);
   compute_heights(g);
