@@ -3,6 +3,8 @@
 // ended at its next window with what it has, the shutdown hook run, exit 0. docs/SERVER.md
 // describes the flags and endpoints.
 #include <csignal>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -22,6 +24,7 @@ namespace {
 
 struct ServeOptions {
   decode::LoadOptions load;
+  std::string chat_template_file;
   ExpertFlags experts;
   server::ServerOptions server;
 };
@@ -37,11 +40,20 @@ void block_signals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("--chat-template-file: cannot read ", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 void run_serve(const ServeOptions& o) {
   block_signals();
   std::fprintf(stderr, "strata: loading %s\n", o.load.path.c_str());
   decode::LoadOptions load = o.load;
   load.experts = source_options(o.experts);
+  if (!o.chat_template_file.empty()) load.chat_template = read_text_file(o.chat_template_file);
   decode::LoadedModel model(load);
   std::fprintf(stderr, "strata: experts %s\n", model.model().experts_description().c_str());
   // The usage history and start-up fill when the experts stream.
@@ -75,29 +87,52 @@ void run_serve(const ServeOptions& o) {
 
 void add_serve_command(CLI::App& app) {
   auto opts = std::make_shared<ServeOptions>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "Serve a model over HTTP: OpenAI chat completions, completions and Responses, "
+               "Anthropic Messages, tokenize/detokenize, a chat page");
   auto& s = opts->server;
   auto& g = s.generation;
-  cmd->add_option("-m,--model", opts->load.path, "GGUF model")->required();
-  cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--port", s.port, "Port to listen on; 0 picks a free one")
-      ->capture_default_str();
+  // --help lists the flags by topic, in this order.
+  const char* kModel = "Model";
+  const char* kNetwork = "Network and access";
+  const char* kRequests = "Requests and queue";
+  const char* kCompute = "Compute";
+  const char* kExperts = "Expert cache";
+  cmd->add_option("-m,--model", opts->load.path, "GGUF model")->required()->group(kModel);
   cmd->add_option("--model-id", g.model_id,
-                  "Model name clients must send (default: the file name without .gguf)");
+                  "Model name clients must send (default: the file name without .gguf)")
+      ->group(kModel);
+  cmd->add_option("--chat-template-file", opts->chat_template_file,
+                  "A Jinja chat template to use instead of the model's own")
+      ->check(CLI::ExistingFile)
+      ->group(kModel);
+  cmd->add_option("--ctx", opts->load.ctx, "Context positions (prompt plus reply)")
+      ->capture_default_str()
+      ->group(kModel);
+  cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str()->group(kNetwork);
+  cmd->add_option("--port", s.port, "Port to listen on; 0 picks a free one")
+      ->capture_default_str()
+      ->group(kNetwork);
+  cmd->add_option("--api-key", s.api_key,
+                  "Require this key ('Authorization: Bearer KEY' or 'x-api-key: KEY') on the API "
+                  "routes (default: none)")
+      ->group(kNetwork);
+  cmd->add_option("--max-body", s.max_body, "Largest request body in bytes; past it, 413")
+      ->capture_default_str()
+      ->group(kNetwork);
   cmd->add_option("--queue", g.queue, "Requests that may wait behind the running one; past it, 429")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(kRequests);
   cmd->add_option("--timeout", g.timeout_s,
                   "Seconds a request may take, queue wait and generation together")
-      ->capture_default_str();
-  cmd->add_option("--max-body", s.max_body, "Largest request body in bytes; past it, 413")
-      ->capture_default_str();
-  cmd->add_option("--api-key", s.api_key,
-                  "Require 'Authorization: Bearer KEY' on /v1/ routes (default: none)");
-  cmd->add_option("--ctx", opts->load.ctx, "Context positions")->capture_default_str();
-  add_expert_flags(cmd, opts->experts);
-  cmd->add_option("--batch", g.batch, "Rows per prefill window")->capture_default_str();
+      ->capture_default_str()
+      ->group(kRequests);
+  cmd->add_option("--batch", g.batch, "Rows per prefill window")->capture_default_str()->group(kCompute);
   cmd->add_option("--threads", opts->load.threads,
-                  "CPU threads (default: one per hardware thread)");
+                  "CPU threads (default: one per hardware thread)")
+      ->group(kCompute);
+  add_expert_flags(cmd, opts->experts);
+  for (const char* flag : {"--expert-budget", "--read-ahead", "--pack"}) cmd->get_option(flag)->group(kExperts);
   cmd->callback([opts] { run_serve(*opts); });
 }
 

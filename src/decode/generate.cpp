@@ -121,25 +121,37 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   const auto prefill_start = Clock::now();
   std::vector<float> logits;
   const auto stop_requested = [&] { return params.should_stop && params.should_stop(); };
-  for (int64_t first = reused; first < int64_t(prompt.size()); first += params.batch) {
+  const int64_t n = int64_t(prompt.size());
+  // Where to copy the state (-1: nowhere). A window ends there; windows of any size give the
+  // same state, so this changes no result.
+  int64_t keep = -1;
+  if (options_.snapshot_prompt) {
+    if (params.snapshot_at > reused && params.snapshot_at <= n)
+      keep = params.snapshot_at;
+    else if (!(params.snapshot_at >= 0 && params.snapshot_at <= reused && snapshot_ && snapshot_len_ <= reused))
+      keep = n;
+  }
+  for (int64_t first = reused; first < n;) {
     if (stop_requested()) {
       result.finish = FinishReason::Cancelled;
       tm.prefill_seconds = seconds_since(prefill_start);
       return result;
     }
-    const int64_t count = std::min(params.batch, int64_t(prompt.size()) - first);
+    int64_t count = std::min(params.batch, n - first);
+    if (keep > first && keep < first + count) count = keep - first;
     const auto window = prompt.subspan(size_t(first), size_t(count));
     logits = model_.forward(window, state_, model::LogitsMode::Last);
     tokens_.insert(tokens_.end(), window.begin(), window.end());
+    first += count;
+    if (first == keep) {
+      if (snapshot_)
+        *snapshot_ = state_;
+      else
+        snapshot_.emplace(state_);
+      snapshot_len_ = first;
+    }
   }
   tm.prefill_seconds = seconds_since(prefill_start);
-  if (options_.snapshot_prompt) {
-    if (snapshot_)
-      *snapshot_ = state_;
-    else
-      snapshot_.emplace(state_);
-    snapshot_len_ = int64_t(tokens_.size());
-  }
 
   const auto decode_start = Clock::now();
   const auto cache_start = model_.expert_stats();
@@ -184,6 +196,7 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
     else
       emit(stops.flush());
   }
+  if (stops.stopped()) result.stop_sequence = stops.matched();
   tm.decode_seconds = seconds_since(decode_start);
   tm.generated_tokens = int64_t(result.tokens.size());
   if (cache_start) fill_cache_telemetry(tm, model_.expert_stats()->since(*cache_start));

@@ -34,6 +34,12 @@ struct GenerateParams {
   // Sees each sampled token that the output keeps (not the end-of-generation token), after it is
   // sampled and before the next step's logits_filter, so a constraint can advance its state.
   std::function<void(int32_t id)> on_token;
+  // With SessionOptions::snapshot_prompt: where in the prompt to keep the state copy. A chat
+  // server passes the end of the conversation before the generation prompt, which the next turn
+  // re-renders with the reply (and a template may render differently, e.g. Qwen3 without its
+  // empty <think> block). Outside (reused prefix, prompt end]: the prompt's end, unless the
+  // snapshot already held lies within the reused prefix, which is then kept.
+  int64_t snapshot_at = -1;
 
   // Throws strata::Error naming the parameter that is out of range.
   void validate() const;
@@ -66,6 +72,7 @@ struct GenerateResult {
   std::vector<int32_t> tokens;  // sampled ids, the end-of-generation token excluded
   std::string text;             // what was streamed: decoded, cut before a stop string
   FinishReason finish = FinishReason::Length;
+  std::string stop_sequence;    // with FinishReason::Stop: the stop string that ended it
   Telemetry telemetry;
 };
 

@@ -1,4 +1,5 @@
-// The two generating endpoints, /v1/chat/completions and /v1/completions: parse and validate the
+// Generation for every API: OpenAI's /v1/chat/completions and /v1/completions here, and
+// start_chat() for the other chat APIs (anthropic_api.h, responses_api.h): parse and validate the
 // request, render and tokenize the prompt, check it fits the context, queue one job on the
 // scheduler, then answer with one JSON object or an SSE stream as the tokens come. The model
 // state (decode::Session) is touched only by the scheduler's worker, which is what makes the
@@ -15,6 +16,7 @@
 #include "decode/generate.h"
 #include "decode/json_constraint.h"
 #include "decode/loaded_model.h"
+#include "server/chat_reply.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/scheduler.h"
@@ -28,13 +30,33 @@ struct GenerationOptions {
   int64_t batch = 512;      // prefill rows per window
 };
 
+// A chat request queued and started: its job, and the reader that turns its text into
+// reasoning, answer and tool calls.
+struct StartedChat {
+  std::shared_ptr<Job> job;
+  std::shared_ptr<ReplyReader> reader;
+  int64_t prompt_tokens = 0;
+};
+
 class Generation {
  public:
   // `model` and `metrics` must outlive this.
   Generation(decode::LoadedModel& model, Metrics& metrics, GenerationOptions options);
 
+  // OpenAI's /v1/chat/completions and /v1/completions.
   void chat(const httplib::Request& req, httplib::Response& res);
   void completion(const httplib::Request& req, httplib::Response& res);
+
+  // What every chat API shares once its request is parsed into a ChatRequest: plan the
+  // constraint, render the template, tokenize, check the context, add the thinking budget,
+  // queue the job and wait until it starts. Throws ApiError (400, 429, 503).
+  StartedChat start_chat(const ChatRequest& r, Clock::time_point deadline);
+  // How many tokens the prompt of `r` has (Anthropic's count_tokens).
+  int64_t count_chat_tokens(const ChatRequest& r) const;
+  // When a request arriving now runs out of time (--timeout).
+  Clock::time_point deadline() const;
+  const std::string& model_id() const { return options_.model_id; }
+  decode::LoadedModel& model() { return model_; }
 
   // Refuses new jobs, drops queued ones, ends the running one at its next window.
   void shutdown() { scheduler_.shutdown(); }
@@ -47,6 +69,8 @@ class Generation {
   std::shared_ptr<Job> start(const std::vector<int32_t>& prompt, decode::GenerateParams gen,
                              Clock::time_point deadline);
   decode::GenerateParams params_for(const GenerationRequest& r, size_t prompt_tokens) const;
+  std::string render(const ChatRequest& r, const ChatPlan& plan) const;
+  int64_t conversation_end(const ChatRequest& r, const ChatPlan& plan, const std::vector<int32_t>& prompt) const;
 
   decode::LoadedModel& model_;
   Metrics& metrics_;
