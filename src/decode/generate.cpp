@@ -25,14 +25,13 @@ std::string number_or_dash(const std::optional<double>& v, const char* format) {
   return buf;
 }
 
-// The expert cache's share of the decode phase (empty fields when the experts are mapped).
+}  // namespace
+
 void fill_cache_telemetry(Telemetry& tm, const experts::CacheStats& d) {
   if (d.hits + d.misses > 0) tm.cache_hit_rate = d.hit_rate();
   if (tm.decode_seconds > 0) tm.ssd_gb_per_s = double(d.bytes_read) / tm.decode_seconds / 1e9;
   if (tm.decode_steps > 0) tm.stall_ms_per_token = d.stall_seconds * 1e3 / double(tm.decode_steps);
 }
-
-}  // namespace
 
 void GenerateParams::validate() const {
   sampling.validate();
@@ -105,6 +104,21 @@ int64_t Session::reuse_prefix(std::span<const int32_t> prompt) {
   return 0;
 }
 
+int64_t Session::snapshot_position(const GenerateParams& params, int64_t reused, int64_t n) const {
+  if (!options_.snapshot_prompt) return -1;
+  if (params.snapshot_at > reused && params.snapshot_at <= n) return params.snapshot_at;
+  const bool held = params.snapshot_at >= 0 && params.snapshot_at <= reused && snapshot_ && snapshot_len_ <= reused;
+  return held ? -1 : n;
+}
+
+void Session::keep_snapshot() {
+  if (snapshot_)
+    *snapshot_ = state_;
+  else
+    snapshot_.emplace(state_);
+  snapshot_len_ = int64_t(tokens_.size());
+}
+
 GenerateResult Session::generate(std::span<const int32_t> prompt, const GenerateParams& params,
                                  const PieceFn& on_piece) {
   params.validate();
@@ -122,15 +136,9 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   std::vector<float> logits;
   const auto stop_requested = [&] { return params.should_stop && params.should_stop(); };
   const int64_t n = int64_t(prompt.size());
-  // Where to copy the state (-1: nowhere). A window ends there; windows of any size give the
-  // same state, so this changes no result.
-  int64_t keep = -1;
-  if (options_.snapshot_prompt) {
-    if (params.snapshot_at > reused && params.snapshot_at <= n)
-      keep = params.snapshot_at;
-    else if (!(params.snapshot_at >= 0 && params.snapshot_at <= reused && snapshot_ && snapshot_len_ <= reused))
-      keep = n;
-  }
+  // A window ends where the state is copied; windows of any size give the same state, so this
+  // changes no result.
+  const int64_t keep = snapshot_position(params, reused, n);
   for (int64_t first = reused; first < n;) {
     if (stop_requested()) {
       result.finish = FinishReason::Cancelled;
@@ -143,13 +151,7 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
     logits = model_.forward(window, state_, model::LogitsMode::Last);
     tokens_.insert(tokens_.end(), window.begin(), window.end());
     first += count;
-    if (first == keep) {
-      if (snapshot_)
-        *snapshot_ = state_;
-      else
-        snapshot_.emplace(state_);
-      snapshot_len_ = first;
-    }
+    if (first == keep) keep_snapshot();
   }
   tm.prefill_seconds = seconds_since(prefill_start);
 

@@ -66,6 +66,10 @@ struct Telemetry {
 // stall - ms/tok"; ", 120 reused" follows the prompt count when the state was reused.
 std::string format_telemetry(const Telemetry& t);
 
+// The expert cache's share of the decode phase, from its counters over that phase (`tm`'s
+// decode_seconds and decode_steps already set).
+void fill_cache_telemetry(Telemetry& tm, const experts::CacheStats& d);
+
 enum class FinishReason { Eos, Stop, Length, Cancelled };
 
 struct GenerateResult {
@@ -108,8 +112,13 @@ class Session {
   int64_t n_ctx() const { return state_.n_ctx(); }
 
  private:
+  friend class SequenceRun;  // sequence_run.h: the same generation, one window at a time
+
   // Brings the state to hold prompt[0, n) for the largest n it can reuse, n < prompt.size().
   int64_t reuse_prefix(std::span<const int32_t> prompt);
+  // Where this prompt's prefill copies the state (GenerateParams::snapshot_at); -1: nowhere.
+  int64_t snapshot_position(const GenerateParams& params, int64_t reused, int64_t n) const;
+  void keep_snapshot();
   bool is_end(int32_t id) const;
 
   model::Model& model_;

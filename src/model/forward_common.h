@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,7 +35,15 @@ class Scratch {
   std::vector<Tensor> owned_;
 };
 
-// One window in flight: what a layer function reads and writes.
+// One sequence's rows in a window that holds several (Model::forward_batch): rows
+// [first, first + rows) belong to `state`.
+struct WindowSequence {
+  int64_t first = 0, rows = 0;
+  State* state = nullptr;
+};
+
+// One window in flight: what a layer function reads and writes. With several sequences,
+// `state` is the first one's and only the parts that per_sequence() runs may touch it.
 struct Window {
   backend::Backend& be;
   const ModelConfig& c;
@@ -48,6 +57,7 @@ struct Window {
   const DumpFn& dump_fn;
   Scratch tmp;
   RouteControl* route = nullptr;  // trace, recording, cache-conditional routing; null: exact
+  std::vector<WindowSequence> sequences{};  // empty: one sequence, `state`
 
   // Hands t to the dump callback as "name-il" (il < 0: "name"), when one is set.
   void dump(const char* name, int64_t il, const Tensor& t);
@@ -62,6 +72,13 @@ void qwen4exp_layer(Window& w, int64_t il, Tensor x);
 // qwen4exp's final hyper-connection mixer: the four streams [rows, hc_dim] -> [rows, n_embd] for
 // the LM head (it stands in for the output norm).
 Tensor qwen4exp_output(Window& w, const Tensor& x);
+
+// Runs `part` (whatever of a block reads or writes a sequence's state: attention and its KV
+// cache, the DeltaNet, PLE) on each sequence's rows of x in a window of its own, as if that
+// sequence were alone: a row's result never depends on the other rows. Returns the rows'
+// results in window order, [T, cols]. With one sequence it is just part(w, x).
+using SequencePart = std::function<Tensor(Window& sequence, const Tensor& rows)>;
+Tensor per_sequence(Window& w, const Tensor& x, const SequencePart& part);
 
 // The layer function of an architecture.
 LayerFn layer_function(Arch arch);
