@@ -50,7 +50,9 @@ class ServerReasoning : public ::testing::Test {
     delete dir_;
   }
   void SetUp() override {
-    server_ = std::make_unique<Server>(*model_, ServerOptions{.port = 0});
+    ServerOptions o;
+    o.port = 0;
+    server_ = std::make_unique<Server>(*model_, o);
     port_ = server_->bind();
     thread_ = std::thread([this] { server_->run(); });
   }

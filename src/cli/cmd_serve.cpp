@@ -75,6 +75,8 @@ void run_serve(const ServeOptions& o) {
     finish_routing(model.model());
     std::fprintf(stderr, "strata: server stopped\n");
   });
+  std::fprintf(stderr, "strata: %zu sequence%s per window (--parallel)\n", o.server.generation.parallel,
+               o.server.generation.parallel == 1 ? "" : "s");
   std::fprintf(stderr,
                "strata: serving %s as '%s' on http://%s:%d (chat page at /, API under /v1)\n",
                o.load.path.c_str(), srv.model_id().c_str(), o.server.host.c_str(), port);
@@ -123,11 +125,19 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--queue", g.queue, "Requests that may wait behind the running one; past it, 429")
       ->capture_default_str()
       ->group(kRequests);
+  cmd->add_option("--parallel", g.parallel,
+                  "Generations that share each decode window (continuous batching), each with its "
+                  "own state and prompt cache")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str()
+      ->group(kRequests);
   cmd->add_option("--timeout", g.timeout_s,
                   "Seconds a request may take, queue wait and generation together")
       ->capture_default_str()
       ->group(kRequests);
-  cmd->add_option("--batch", g.batch, "Rows per prefill window")->capture_default_str()->group(kCompute);
+  cmd->add_option("--batch", g.batch, "Prompt rows per window (with --parallel: beside the decode rows)")
+      ->capture_default_str()
+      ->group(kCompute);
   cmd->add_option("--threads", opts->load.threads,
                   "CPU threads (default: one per hardware thread)")
       ->group(kCompute);

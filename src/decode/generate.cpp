@@ -87,7 +87,8 @@ void Session::reset() {
   snapshot_len_ = 0;
 }
 
-int64_t Session::reuse_prefix(std::span<const int32_t> prompt) {
+int64_t Session::reusable(std::span<const int32_t> prompt) const {
+  if (prompt.empty()) return 0;
   // At least the prompt's last token must run: its logits pick the first new token.
   const size_t limit = std::min(prompt.size() - 1, tokens_.size());
   size_t common = 0;
@@ -95,10 +96,16 @@ int64_t Session::reuse_prefix(std::span<const int32_t> prompt) {
   if (common == tokens_.size()) return int64_t(common);
   // The DeltaNet layers carry a recurrent state that cannot be unwound position by position, so
   // a divergence goes back to the snapshot (or the start), not to the exact common prefix.
-  if (snapshot_ && size_t(snapshot_len_) <= common) {
+  return snapshot_ && size_t(snapshot_len_) <= common ? snapshot_len_ : 0;
+}
+
+int64_t Session::reuse_prefix(std::span<const int32_t> prompt) {
+  const int64_t n = reusable(prompt);
+  if (n == int64_t(tokens_.size())) return n;
+  if (n > 0) {
     state_ = *snapshot_;
-    tokens_.resize(size_t(snapshot_len_));
-    return snapshot_len_;
+    tokens_.resize(size_t(n));
+    return n;
   }
   reset();
   return 0;

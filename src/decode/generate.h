@@ -109,6 +109,8 @@ class Session {
 
   // The tokens whose positions the state holds, in order.
   const std::vector<int32_t>& tokens() const { return tokens_; }
+  // How many of `prompt`'s tokens the next generate() would reuse instead of prefilling.
+  int64_t reusable(std::span<const int32_t> prompt) const;
   int64_t n_ctx() const { return state_.n_ctx(); }
 
  private:

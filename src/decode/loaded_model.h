@@ -23,7 +23,7 @@ struct LoadOptions {
   int threads = 0;     // 0: one per hardware thread
   int64_t ctx = 4096;  // context positions a session gets
   experts::SourceOptions experts;  // where the routed experts come from (docs/EXPERT_CACHE.md)
-  std::string chat_template;       // a Jinja chat template to use instead of the file's; empty: the file's
+  std::string chat_template{};     // a Jinja chat template to use instead of the file's; empty: the file's
 };
 
 class LoadedModel {

@@ -77,11 +77,17 @@ Generation::Generation(decode::LoadedModel& model, Metrics& metrics, GenerationO
       limits_{options_.model_id,
               std::min<int64_t>(model.model().config().n_vocab, int64_t(model.tokenizer().size()))},
       json_vocab_(model.tokenizer()),
-      session_(model.model(), model.tokenizer(), {.n_ctx = model.ctx(), .snapshot_prompt = true}),
-      scheduler_(options_.queue) {}
+      session_(options_.parallel > 1 ? nullptr
+                                     : std::make_unique<decode::Session>(
+                                           model.model(), model.tokenizer(),
+                                           decode::SessionOptions{.n_ctx = model.ctx(), .snapshot_prompt = true})),
+      batch_(options_.parallel > 1 ? std::make_unique<BatchLoop>(model.model(), model.tokenizer(), model.ctx(),
+                                                                 options_.parallel, options_.batch)
+                                   : nullptr),
+      scheduler_(options_.queue, options_.parallel) {}
 
 LiveGauges Generation::gauges() const {
-  return {scheduler_.queued(), scheduler_.capacity(), scheduler_.running()};
+  return {scheduler_.queued(), scheduler_.capacity(), scheduler_.running(), scheduler_.workers()};
 }
 
 decode::GenerateParams Generation::params_for(const GenerationRequest& r,
@@ -117,9 +123,8 @@ std::shared_ptr<Job> Generation::start(const std::vector<int32_t>& prompt,
         gen.should_stop = [&self] { return self.should_stop(); };
         decode::GenerateResult result;
         try {
-          result = session_.generate(prompt, gen, [&self](const std::string& piece) {
-            self.emit(piece);
-          });
+          const auto emit = [&self](const std::string& piece) { self.emit(piece); };
+          result = batch_ ? batch_->run(prompt, gen, emit) : session_->generate(prompt, gen, emit);
         } catch (const std::exception&) {
           metrics_.count_generation({}, "error");
           throw;

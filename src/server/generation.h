@@ -16,6 +16,7 @@
 #include "decode/generate.h"
 #include "decode/json_constraint.h"
 #include "decode/loaded_model.h"
+#include "server/batch_loop.h"
 #include "server/chat_reply.h"
 #include "server/metrics.h"
 #include "server/request.h"
@@ -28,6 +29,7 @@ struct GenerationOptions {
   size_t queue = 8;         // requests that may wait behind the running one
   double timeout_s = 600;   // a request's whole life: queue wait and generation
   int64_t batch = 512;      // prefill rows per window
+  size_t parallel = 1;      // generations that share windows (1: one at a time)
 };
 
 // A chat request queued and started: its job, and the reader that turns its text into
@@ -77,8 +79,10 @@ class Generation {
   GenerationOptions options_;
   RequestLimits limits_;
   decode::JsonVocab json_vocab_;  // what constrained replies need about the vocabulary, once
-  decode::Session session_;
-  Scheduler scheduler_;
+  // One of the two: a session for one generation at a time, or the slots of --parallel N.
+  std::unique_ptr<decode::Session> session_;
+  std::unique_ptr<BatchLoop> batch_;
+  Scheduler scheduler_;  // last: its workers stop before the above go
 };
 
 }  // namespace strata::server

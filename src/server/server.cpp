@@ -67,6 +67,7 @@ Server::Server(decode::LoadedModel& model, ServerOptions options)
   if (gen.model_id.empty()) gen.model_id = std::filesystem::path(model.path()).stem().string();
   if (gen.timeout_s <= 0) fail("--timeout: ", gen.timeout_s, " must be positive");
   if (options_.max_body < 1024) fail("--max-body: ", options_.max_body, " is below 1024 bytes");
+  if (gen.parallel < 1) fail("--parallel: ", gen.parallel, " must be at least 1");
   generation_ = std::make_unique<Generation>(model, metrics_, gen);
   anthropic_ = std::make_unique<AnthropicApi>(*generation_);
   responses_ = std::make_unique<ResponsesApi>(*generation_);
@@ -84,7 +85,7 @@ void Server::add_routes() {
   // connection until its timeout. Spare threads plus a short keep-alive keep /health, /metrics
   // and the 429 answers responsive when the queue is full and clients hold connections open
   // (the default 5 s keep-alive let a dozen idle clients stall every other request for 5 s).
-  const size_t threads = options_.generation.queue + 1 + 32;
+  const size_t threads = options_.generation.queue + options_.generation.parallel + 32;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   svr.set_keep_alive_timeout(1);
   // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port and
