@@ -40,7 +40,7 @@ TEST(Arch, PleTablesMatchReferenceHashing) {
   EXPECT_EQ(f.ple_tables[0].head_sizes[0], 20000003u);
   EXPECT_EQ(f.ple_tables[0].head_sizes[15], 20000171u);
   EXPECT_EQ(f.ple_head_dim(), 160);
-  // ~51B parameters, as DESIGN.md says.
+  // ~51B parameters, as docs/DESIGN.md says.
   EXPECT_NEAR(double(f.ple_tables[0].rows) * f.ple_head_dim(), 51.2e9, 0.1e9);
 }
 

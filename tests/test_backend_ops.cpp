@@ -4,9 +4,11 @@
 // for bit. Matmul, routing and MoE are in test_backend_ops_moe.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,11 @@ Tensor make(Backend& be, int64_t rows, int64_t cols, const Floats& host) {
   Tensor t = be.alloc(rows, cols);
   be.upload(host.data(), t);
   return t;
+}
+
+// Ids [values / cols, cols] holding `values` (the backend releases them on destruction).
+Ids ids_of(Backend& be, const std::vector<int32_t>& values, int64_t cols = 1) {
+  return make_ids(be, values, int64_t(values.size()) / cols, cols);
 }
 
 Floats read(Backend& be, const Tensor& t) {
@@ -333,11 +340,12 @@ TEST(CpuOps, RopeNeox) {
   const std::vector<int32_t> pos = {0, 1, 17, 4095, 262143};
   auto run = [&](Backend& be, bool one_row) {
     Tensor t = make(be, T, heads * head_dim, x);
+    const Ids p = ids_of(be, pos);
     if (one_row) {
       for (int64_t r = 0; r < T; ++r)
-        be.rope_neox(t.rows_view(r, 1), std::span(pos).subspan(r, 1), head_dim, rope_dim, theta);
+        be.rope_neox(t.rows_view(r, 1), p.rows_view(r, 1), head_dim, rope_dim, theta);
     } else {
-      be.rope_neox(t, pos, head_dim, rope_dim, theta);
+      be.rope_neox(t, p, head_dim, rope_dim, theta);
     }
     return read(be, t);
   };
@@ -363,10 +371,11 @@ TEST(CpuOps, RopeNeox) {
       }
   expect_near(y, want, 0, 1e-6 * 8, "rope_neox");
   Tensor t = make(be, T, heads * head_dim, x);
-  expect_throws_naming([&] { be.rope_neox(t, std::span(pos).first(2), head_dim, 32, theta); },
+  const Ids p = ids_of(be, pos);
+  expect_throws_naming([&] { be.rope_neox(t, p.rows_view(0, 2), head_dim, 32, theta); },
                        "rope_neox");
-  expect_throws_naming([&] { be.rope_neox(t, pos, head_dim, 66, theta); }, "rope_dim");
-  expect_throws_naming([&] { be.rope_neox(t, pos, 50, 32, theta); }, "head_dim");
+  expect_throws_naming([&] { be.rope_neox(t, p, head_dim, 66, theta); }, "rope_dim");
+  expect_throws_naming([&] { be.rope_neox(t, p, 50, 32, theta); }, "head_dim");
 }
 
 TEST(CpuOps, Attention) {
@@ -381,18 +390,19 @@ TEST(CpuOps, Attention) {
   auto run = [&](Backend& be, bool one_row) {
     Tensor kc = be.alloc(cache_rows, n_kv * hd), vc = be.alloc(cache_rows, n_kv * hd);
     be.kv_write(kc, vc, make(be, prefix, n_kv * hd, kpre), make(be, prefix, n_kv * hd, vpre),
-                pre_pos);
+                ids_of(be, pre_pos));
     Tensor qt = make(be, T, n_head * hd, q), kt = make(be, T, n_kv * hd, k),
            vt = make(be, T, n_kv * hd, v), y = be.alloc(T, n_head * hd);
+    const Ids pt = ids_of(be, pos);
     if (one_row) {
       for (int64_t r = 0; r < T; ++r) {
-        auto p = std::span(pos).subspan(r, 1);
+        const Ids p = pt.rows_view(r, 1);
         be.kv_write(kc, vc, kt.rows_view(r, 1), vt.rows_view(r, 1), p);
         be.attention(qt.rows_view(r, 1), kc, vc, p, n_head, n_kv, hd, scale, y.rows_view(r, 1));
       }
     } else {
-      be.kv_write(kc, vc, kt, vt, pos);
-      be.attention(qt, kc, vc, pos, n_head, n_kv, hd, scale, y);
+      be.kv_write(kc, vc, kt, vt, pt);
+      be.attention(qt, kc, vc, pt, n_head, n_kv, hd, scale, y);
     }
     return read(be, y);
   };
@@ -427,16 +437,16 @@ TEST(CpuOps, Attention) {
 
   Tensor kc = be.alloc(cache_rows, n_kv * hd), vc = be.alloc(cache_rows, n_kv * hd);
   Tensor qt = make(be, T, n_head * hd, q), yt = be.alloc(T, n_head * hd);
-  expect_throws_naming([&] { be.attention(qt, kc, vc, pos, n_head, 3, hd, scale, yt); },
+  const Ids pt = ids_of(be, pos), far = ids_of(be, {0, 1, 2, 3, 4, 64});
+  expect_throws_naming([&] { be.attention(qt, kc, vc, pt, n_head, 3, hd, scale, yt); },
                        "attention");
-  expect_throws_naming([&] { be.attention(qt, kc, vc, pos, n_head, n_kv, 32, scale, yt); },
+  expect_throws_naming([&] { be.attention(qt, kc, vc, pt, n_head, n_kv, 32, scale, yt); },
                        "attention");
-  const std::vector<int32_t> far = {0, 1, 2, 3, 4, 64};
   expect_throws_naming([&] { be.attention(qt, kc, vc, far, n_head, n_kv, hd, scale, yt); },
                        "position 64");
-  expect_throws_naming([&] { be.attention(qt, kc, vc, pos, n_head, n_kv, hd, scale, qt); },
+  expect_throws_naming([&] { be.attention(qt, kc, vc, pt, n_head, n_kv, hd, scale, qt); },
                        "overlap");
-  expect_throws_naming([&] { be.kv_write(kc, vc, qt, qt, pos); }, "kv_write");
+  expect_throws_naming([&] { be.kv_write(kc, vc, qt, qt, pt); }, "kv_write");
 }
 
 // QSA: each row attends to its own ascending subset of the cache; selecting every position
@@ -446,36 +456,34 @@ TEST(CpuOps, AttentionSelected) {
   const float scale = 0.17f;
   Floats kall = random_floats(P * n_kv * hd, 91), vall = random_floats(P * n_kv * hd, 92),
          q = random_floats(T * n_head * hd, 93, 2.0f);
-  std::vector<int32_t> pos(T), selected;
-  std::vector<int64_t> offsets{0};
+  // Row r's positions: selected[r * P .. r * P + counts[r]).
+  std::vector<int32_t> pos(T), selected(size_t(T * P), 0), counts(T, 0);
   Rng rng(94);
   for (int64_t r = 0; r < T; ++r) {
     pos[r] = int32_t(P - T + r);
     for (int32_t p = 0; p <= pos[r]; ++p)
-      if (p == pos[r] || rng.next() % 3 == 0) selected.push_back(p);
-    offsets.push_back(int64_t(selected.size()));
+      if (p == pos[r] || rng.next() % 3 == 0) selected[size_t(r * P + counts[r]++)] = p;
   }
   std::vector<int32_t> all_pos(P);
   for (int i = 0; i < P; ++i) all_pos[i] = i;
   auto cache = [&](Backend& be, Tensor& kc, Tensor& vc) {
     kc = be.alloc(P, n_kv * hd);
     vc = be.alloc(P, n_kv * hd);
-    be.kv_write(kc, vc, make(be, P, n_kv * hd, kall), make(be, P, n_kv * hd, vall), all_pos);
+    be.kv_write(kc, vc, make(be, P, n_kv * hd, kall), make(be, P, n_kv * hd, vall),
+                ids_of(be, all_pos));
   };
   auto run = [&](Backend& be, bool one_row) {
     Tensor kc, vc;
     cache(be, kc, vc);
     Tensor qt = make(be, T, n_head * hd, q), y = be.alloc(T, n_head * hd);
+    const Ids sel = ids_of(be, selected, P), cnt = ids_of(be, counts);
     if (!one_row) {
-      be.attention_selected(qt, kc, vc, selected, offsets, n_head, n_kv, hd, scale, y);
+      be.attention_selected(qt, kc, vc, sel, cnt, n_head, n_kv, hd, scale, y);
       return read(be, y);
     }
-    for (int64_t r = 0; r < T; ++r) {
-      const std::vector<int32_t> sel(selected.begin() + offsets[r], selected.begin() + offsets[r + 1]);
-      const std::vector<int64_t> off{0, int64_t(sel.size())};
-      be.attention_selected(qt.rows_view(r, 1), kc, vc, sel, off, n_head, n_kv, hd, scale,
-                            y.rows_view(r, 1));
-    }
+    for (int64_t r = 0; r < T; ++r)
+      be.attention_selected(qt.rows_view(r, 1), kc, vc, sel.rows_view(r, 1), cnt.rows_view(r, 1),
+                            n_head, n_kv, hd, scale, y.rows_view(r, 1));
     return read(be, y);
   };
   Floats y = across_threads([&](Backend& be) { return std::vector<Floats>{run(be, false)}; })[0];
@@ -488,18 +496,19 @@ TEST(CpuOps, AttentionSelected) {
       const int64_t kvh = h / (n_head / n_kv);
       std::vector<double> s;
       double mx = -1e300, sum = 0;
-      for (int64_t i = offsets[r]; i < offsets[r + 1]; ++i) {
+      for (int64_t i = 0; i < counts[r]; ++i) {
+        const int64_t p = selected[size_t(r * P + i)];
         double d = 0;
         for (int64_t j = 0; j < hd; ++j)
-          d += double(q[(r * n_head + h) * hd + j]) * kall[(selected[i] * n_kv + kvh) * hd + j];
+          d += double(q[(r * n_head + h) * hd + j]) * kall[(p * n_kv + kvh) * hd + j];
         s.push_back(d * scale);
         mx = std::max(mx, s.back());
       }
       for (double& e : s) sum += (e = std::exp(e - mx));
       for (int64_t j = 0; j < hd; ++j) {
         double acc = 0;
-        for (int64_t i = offsets[r]; i < offsets[r + 1]; ++i)
-          acc += s[i - offsets[r]] / sum * vall[(selected[i] * n_kv + kvh) * hd + j];
+        for (int64_t i = 0; i < counts[r]; ++i)
+          acc += s[i] / sum * vall[(selected[size_t(r * P + i)] * n_kv + kvh) * hd + j];
         want[(r * n_head + h) * hd + j] = acc;
       }
     }
@@ -508,40 +517,45 @@ TEST(CpuOps, AttentionSelected) {
   Tensor kc, vc;
   cache(be, kc, vc);
   Tensor qt = make(be, T, n_head * hd, q), dense = be.alloc(T, n_head * hd), y2 = be.alloc(T, n_head * hd);
-  std::vector<int32_t> every;
-  std::vector<int64_t> every_off{0};
+  std::vector<int32_t> every(size_t(T * P), 0), every_count(T);
   for (int64_t r = 0; r < T; ++r) {
-    for (int32_t p = 0; p <= pos[r]; ++p) every.push_back(p);
-    every_off.push_back(int64_t(every.size()));
+    for (int32_t p = 0; p <= pos[r]; ++p) every[size_t(r * P + p)] = p;
+    every_count[r] = pos[r] + 1;
   }
-  be.attention(qt, kc, vc, pos, n_head, n_kv, hd, scale, dense);
-  be.attention_selected(qt, kc, vc, every, every_off, n_head, n_kv, hd, scale, y2);
+  be.attention(qt, kc, vc, ids_of(be, pos), n_head, n_kv, hd, scale, dense);
+  be.attention_selected(qt, kc, vc, ids_of(be, every, P), ids_of(be, every_count), n_head, n_kv,
+                        hd, scale, y2);
   EXPECT_TRUE(same_bits(read(be, dense), read(be, y2))) << "all positions = attention";
 
-  const std::vector<int64_t> short_off{0, 1};
-  expect_throws_naming([&] { be.attention_selected(qt, kc, vc, selected, short_off, n_head, n_kv, hd, scale, y2); },
-                       "offsets");
+  const Ids sel = ids_of(be, selected, P), cnt = ids_of(be, counts);
+  expect_throws_naming([&] { be.attention_selected(qt, kc, vc, sel, cnt.rows_view(0, 1), n_head, n_kv, hd, scale, y2); },
+                       "counts");
+  const Ids too_many = ids_of(be, {1, 1, 1, 1, int32_t(P + 1)});
+  expect_throws_naming([&] { be.attention_selected(qt, kc, vc, sel, too_many, n_head, n_kv, hd, scale, y2); },
+                       "room for 40");
   std::vector<int32_t> far = selected;
   far[0] = int32_t(P);
-  expect_throws_naming([&] { be.attention_selected(qt, kc, vc, far, offsets, n_head, n_kv, hd, scale, y2); },
+  expect_throws_naming([&] { be.attention_selected(qt, kc, vc, ids_of(be, far, P), cnt, n_head, n_kv, hd, scale, y2); },
                        "position 40");
 }
 
-// QSA indexer: per row, relu(q_h . key_b) summed over heads for its first counts[r] blocks.
+// QSA indexer: per row, relu(q_h . key_b) summed over heads for the (p + 1) / block complete
+// blocks its position sees.
 TEST(CpuOps, BlockScores) {
-  const int64_t T = 4, heads = 4, hd = 32, blocks = 9;
+  const int64_t T = 4, heads = 4, hd = 32, blocks = 9, block = 4;
   const float scale = 1.0f / std::sqrt(32.0f);
   Floats q = random_floats(T * heads * hd, 111), keys = random_floats(blocks * hd, 112);
-  const std::vector<int32_t> counts{0, 3, 8, 9};
+  const std::vector<int32_t> pos{2, 13, 33, 38};  // 0, 3, 8 and 9 complete blocks
   auto run = [&](Backend& be, bool one_row) {
     Tensor qt = make(be, T, heads * hd, q), kt = make(be, blocks, hd, keys), y = be.alloc(T, blocks);
+    const Ids p = ids_of(be, pos);
     be.fill(y, 7.0f);
     if (one_row) {
       for (int64_t r = 0; r < T; ++r)
-        be.block_scores(qt.rows_view(r, 1), kt, std::span(counts).subspan(r, 1), heads, hd, scale,
+        be.block_scores(qt.rows_view(r, 1), kt, p.rows_view(r, 1), block, heads, hd, scale,
                         y.rows_view(r, 1));
     } else {
-      be.block_scores(qt, kt, counts, heads, hd, scale, y);
+      be.block_scores(qt, kt, p, block, heads, hd, scale, y);
     }
     return read(be, y);
   };
@@ -550,7 +564,7 @@ TEST(CpuOps, BlockScores) {
   EXPECT_TRUE(same_bits(run(be, true), y)) << "T-row window vs one-row calls";
   std::vector<double> want(y.size(), 0.0);
   for (int64_t r = 0; r < T; ++r)
-    for (int64_t b = 0; b < counts[r]; ++b) {
+    for (int64_t b = 0; b < (pos[r] + 1) / block; ++b) {
       double sum = 0;
       for (int64_t h = 0; h < heads; ++h) {
         double d = 0;
@@ -561,9 +575,89 @@ TEST(CpuOps, BlockScores) {
     }
   expect_near(y, want, 1e-5, 1e-6, "block_scores");
   Tensor qt = make(be, T, heads * hd, q), kt = make(be, blocks, hd, keys), yt = be.alloc(T, blocks);
-  const std::vector<int32_t> too_many{0, 0, 0, 10};
-  expect_throws_naming([&] { be.block_scores(qt, kt, too_many, heads, hd, scale, yt); }, "count 10");
-  expect_throws_naming([&] { be.block_scores(qt, kt, counts, heads, 16, scale, yt); }, "block_scores");
+  const Ids too_far = ids_of(be, {0, 0, 0, 40}), p = ids_of(be, pos);
+  expect_throws_naming([&] { be.block_scores(qt, kt, too_far, block, heads, hd, scale, yt); },
+                       "position 40 sees 10 blocks");
+  expect_throws_naming([&] { be.block_scores(qt, kt, p, block, heads, 16, scale, yt); }, "block_scores");
+}
+
+// QSA's pooled block keys: the mean of each block's rows, added in row order.
+TEST(CpuOps, BlockMean) {
+  const int64_t blocks = 5, block = 4, cols = 24;
+  Floats x = random_floats(blocks * block * cols, 113);
+  CpuBackend be(1);
+  Tensor y = be.alloc(blocks, cols);
+  be.block_mean(make(be, blocks * block, cols, x), block, y);
+  const Floats got = read(be, y);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t c = 0; c < cols; ++c) {
+      float sum = 0.0f;
+      for (int64_t r = 0; r < block; ++r) sum += x[size_t((b * block + r) * cols + c)];
+      ASSERT_EQ(got[size_t(b * cols + c)], sum / float(block)) << b << "," << c;
+    }
+  expect_throws_naming([&] { be.block_mean(make(be, 7, cols, x), block, y); }, "block_mean");
+}
+
+// QSA's choice: the best blocks (ties to the lower block), ascending, then the tail.
+TEST(CpuOps, QsaSelect) {
+  const int64_t block = 4, top = 3, T = 4, blocks = 8, cap = top * block + block - 1;
+  const std::vector<int32_t> pos{2, 9, 30, 31};  // 0, 2, 7 and 8 complete blocks
+  Floats scores = random_floats(T * blocks, 114);
+  // Row 2: blocks 3 and 6 lead, then blocks 1 and 5 tie for the last place kept.
+  for (int64_t b = 0; b < blocks; ++b) scores[size_t(2 * blocks + b)] = -1.0f;
+  scores[2 * blocks + 3] = 10.0f;
+  scores[2 * blocks + 6] = 9.5f;
+  scores[2 * blocks + 1] = scores[2 * blocks + 5] = 9.0f;
+  CpuBackend be(1);
+  const Ids p = ids_of(be, pos), sel = be.alloc_ids(T, cap), cnt = be.alloc_ids(T, 1);
+  be.qsa_select(make(be, T, blocks, scores), p, block, top, sel, cnt);
+  std::vector<int32_t> got(size_t(T * cap)), got_n(T);
+  be.download_ids(sel, got.data());
+  be.download_ids(cnt, got_n.data());
+  for (int64_t r = 0; r < T; ++r) {
+    const int64_t nb = (pos[r] + 1) / block;
+    std::vector<int64_t> order(static_cast<size_t>(nb));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return scores[size_t(r * blocks + a)] > scores[size_t(r * blocks + b)];
+    });
+    order.resize(size_t(std::min(top, nb)));
+    std::sort(order.begin(), order.end());
+    std::vector<int32_t> want;
+    for (int64_t b : order)
+      for (int64_t i = 0; i < block; ++i) want.push_back(int32_t(b * block + i));
+    for (int64_t i = nb * block; i <= pos[r]; ++i) want.push_back(int32_t(i));
+    ASSERT_EQ(got_n[size_t(r)], int32_t(want.size())) << "row " << r;
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + r * cap)) << "row " << r;
+  }
+  EXPECT_EQ(got[size_t(2 * cap)], 4) << "of two tied blocks the lower (1, not 5) is kept";
+  EXPECT_EQ(got[size_t(2 * cap + 4)], 12);
+  EXPECT_EQ(got[size_t(2 * cap + 8)], 24);
+  expect_throws_naming([&] { be.qsa_select(make(be, T, blocks, scores), p, block, top,
+                                           be.alloc_ids(T, cap - 1), cnt); }, "columns");
+  expect_throws_naming([&] { be.qsa_select(make(be, T, 4, scores), p, block, top, sel, cnt); },
+                       "position 30 sees 7 blocks");
+}
+
+// The delta rule's decay: ssm_a * softplus(a + dt_bias) with torch's threshold at 20.
+TEST(CpuOps, SsmDecay) {
+  const int64_t T = 3, heads = 4;
+  Floats a = {-30.0f, -1.0f, 0.0f, 2.5f, 19.0f, 21.0f, 100.0f, -5.0f, 0.5f, 0.25f, -0.5f, 3.0f};
+  const Floats dt = {0.5f, 1.5f, -0.25f, 0.0f}, ssm_a = {-1.0f, -0.5f, -2.0f, -0.125f};
+  CpuBackend be(1);
+  const Weight w_dt{quant::Type::F32, dt.data(), heads, 1, heads * sizeof(float)};
+  const Weight w_a{quant::Type::F32, ssm_a.data(), heads, 1, heads * sizeof(float)};
+  Tensor g = be.alloc(T, heads);
+  be.ssm_decay(make(be, T, heads, a), w_dt, w_a, g);
+  const Floats got = read(be, g);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < heads; ++h) {
+      const float z = a[size_t(t * heads + h)] + dt[size_t(h)];
+      const float softplus = z > 20.0f ? z : std::log1p(std::exp(z));
+      EXPECT_EQ(got[size_t(t * heads + h)], ssm_a[size_t(h)] * softplus) << t << "," << h;
+    }
+  const Weight short_dt{quant::Type::F32, dt.data(), heads - 1, 1, (heads - 1) * sizeof(float)};
+  expect_throws_naming([&] { be.ssm_decay(make(be, T, heads, a), short_dt, w_a, g); }, "dt_bias");
 }
 
 // qwen4exp's PLE conv: taps `dilation` rows apart, a state of (K-1)*dilation rows.

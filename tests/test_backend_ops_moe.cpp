@@ -123,7 +123,8 @@ TEST(CpuGetRows, DequantizesTheChosenRows) {
   OwnedWeight table(quant::Type::Q8_0, 10, 64, 7);
   const std::vector<int32_t> ids = {3, 0, 9, 3};
   Tensor y = be.alloc(4, 64);
-  be.get_rows(table.w, ids, y);
+  const Ids id_tensor = make_ids(be, ids, 4, 1);
+  be.get_rows(table.w, id_tensor, y);
   Floats got = read(be, y), want(64);
   for (size_t r = 0; r < ids.size(); ++r) {
     quant::dequantize(quant::Type::Q8_0, table.bytes.data() + ids[r] * table.w.row_stride,
@@ -131,8 +132,9 @@ TEST(CpuGetRows, DequantizesTheChosenRows) {
     EXPECT_EQ(0, std::memcmp(got.data() + r * 64, want.data(), 64 * 4)) << r;
   }
   const std::vector<int32_t> bad = {10};
-  expect_throws_naming([&] { be.get_rows(table.w, bad, y.rows_view(0, 1)); }, "id 10");
-  expect_throws_naming([&] { be.get_rows(table.w, ids, y.rows_view(0, 2)); }, "get_rows");
+  expect_throws_naming([&] { be.get_rows(table.w, make_ids(be, bad, 1, 1), y.rows_view(0, 1)); },
+                       "id 10");
+  expect_throws_naming([&] { be.get_rows(table.w, id_tensor, y.rows_view(0, 2)); }, "get_rows");
 }
 
 TEST(CpuRouter, SoftmaxTopKWithTiesAndRenormalization) {
@@ -142,7 +144,10 @@ TEST(CpuRouter, SoftmaxTopKWithTiesAndRenormalization) {
   for (int64_t i = 0; i < 5; ++i) logits[3 * E + 10 + i * 7] = 9.0f;  // a 5-way tie at the top
   Tensor lt = make(be, T, E, logits);
   for (bool renorm : {false, true}) {
-    Routing got = be.route_softmax_topk(lt, K, renorm);
+    const Ids ids = be.alloc_ids(T, K);
+    const Tensor weights = be.alloc(T, K);
+    be.route_softmax_topk(lt, renorm, ids, weights);
+    const Routing got = download_routing(be, ids, weights);
     ASSERT_EQ(got.top_k, K);
     ASSERT_EQ(got.experts.size(), size_t(T * K));
     for (int64_t r = 0; r < T; ++r) {
@@ -165,8 +170,25 @@ TEST(CpuRouter, SoftmaxTopKWithTiesAndRenormalization) {
     // Row 3's tie resolves to the lower ids first.
     for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(got.experts[3 * K + j], 10 + j * 7);
   }
-  expect_throws_naming([&] { be.route_softmax_topk(lt, E + 1, true); }, "top_k");
-  expect_throws_naming([&] { be.route_softmax_topk(lt, 0, true); }, "top_k");
+  expect_throws_naming([&] { be.route_softmax_topk(lt, true, be.alloc_ids(T, E + 1), be.alloc(T, E + 1)); },
+                       "top_k");
+  expect_throws_naming([&] { be.route_softmax_topk(lt, true, be.alloc_ids(T, 0), be.alloc(T, 0)); },
+                       "top_k");
+  expect_throws_naming([&] { be.route_softmax_topk(lt, true, be.alloc_ids(T, K), be.alloc(T, K + 1)); },
+                       "route_softmax_topk");
+}
+
+// A host routing in backend memory, as the router leaves it.
+struct RoutingTensors {
+  Ids experts;
+  Tensor weights;
+};
+
+RoutingTensors upload(Backend& be, const Routing& routing) {
+  const int64_t rows = int64_t(routing.experts.size()) / routing.top_k;
+  RoutingTensors t{be.alloc_ids(rows, routing.top_k), be.alloc(rows, routing.top_k)};
+  upload_routing(be, routing, t.experts, t.weights);
+  return t;
 }
 
 // The experts' FFN composed from single-row mat-vecs (quant::matvec, the same dot kernels): what
@@ -218,7 +240,8 @@ TEST(CpuMoe, EqualsPerRowCompositionAndIsWindowAndThreadInvariant) {
   for (int threads = 1; threads <= 3; ++threads) {
     CpuBackend be(threads);
     Tensor xt = make(be, T, n_embd, x), y = make(be, T, n_embd, y0);
-    be.moe_experts(xt, routing, experts, y);
+    const RoutingTensors rt = upload(be, routing);
+    be.moe_experts(xt, rt.experts, rt.weights, experts, y);
     Floats got = read(be, y);
     if (threads == 1) window = got;
     EXPECT_TRUE(same_bits(got, window)) << threads << " threads";
@@ -227,25 +250,24 @@ TEST(CpuMoe, EqualsPerRowCompositionAndIsWindowAndThreadInvariant) {
 
   CpuBackend be(2);
   Tensor xt = make(be, T, n_embd, x), y = make(be, T, n_embd, y0);
-  for (int64_t r = 0; r < T; ++r) {
-    Routing one;
-    one.top_k = K;
-    one.experts.assign(routing.experts.begin() + r * K, routing.experts.begin() + (r + 1) * K);
-    one.weights.assign(routing.weights.begin() + r * K, routing.weights.begin() + (r + 1) * K);
-    be.moe_experts(xt.rows_view(r, 1), one, experts, y.rows_view(r, 1));
-  }
+  const RoutingTensors rt = upload(be, routing);
+  for (int64_t r = 0; r < T; ++r)
+    be.moe_experts(xt.rows_view(r, 1), rt.experts.rows_view(r, 1), rt.weights.rows_view(r, 1),
+                   experts, y.rows_view(r, 1));
   EXPECT_TRUE(same_bits(read(be, y), window)) << "T-row window vs one-row calls";
 
   Routing bad = routing;
   bad.experts[4] = int32_t(E);
-  expect_throws_naming([&] { be.moe_experts(xt, bad, experts, y); }, "expert id 8");
-  bad = routing;
-  bad.weights.pop_back();
-  expect_throws_naming([&] { be.moe_experts(xt, bad, experts, y); }, "moe_experts");
-  expect_throws_naming([&] { be.moe_experts(xt, routing, experts, xt); }, "overlap");
+  const RoutingTensors bt = upload(be, bad);
+  expect_throws_naming([&] { be.moe_experts(xt, bt.experts, bt.weights, experts, y); },
+                       "expert id 8");
+  expect_throws_naming(
+      [&] { be.moe_experts(xt, rt.experts, rt.weights.cols_view(0, K - 1), experts, y); },
+      "moe_experts");
+  expect_throws_naming([&] { be.moe_experts(xt, rt.experts, rt.weights, experts, xt); }, "overlap");
   std::vector<ExpertWeights> swapped = experts;
   std::swap(swapped[1].gate, swapped[1].down);
-  expect_throws_naming([&] { be.moe_experts(xt, routing, swapped, y); }, "expert 1");
+  expect_throws_naming([&] { be.moe_experts(xt, rt.experts, rt.weights, swapped, y); }, "expert 1");
 }
 
 }  // namespace

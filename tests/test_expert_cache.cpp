@@ -93,7 +93,10 @@ TEST(ExpertCacheMoe, ChunkedOutputsThenCombineEqualOneStepBitwise) {
     Tensor xt = be.alloc(T, n_embd), y = be.alloc(T, n_embd);
     be.upload(x.data(), xt);
     be.upload(y0.data(), y);
-    be.moe_experts(xt, routing, ex.weights, y);
+    backend::Ids ids = be.alloc_ids(T, K);
+    Tensor weights = be.alloc(T, K);
+    backend::upload_routing(be, routing, ids, weights);
+    be.moe_experts(xt, ids, weights, ex.weights, y);
     const Floats want = download(be, y);
 
     // Expert groups of every size from 1 to all, as the streaming source hands them out; the
@@ -111,9 +114,9 @@ TEST(ExpertCacheMoe, ChunkedOutputsThenCombineEqualOneStepBitwise) {
             only[size_t(e)] = ex.weights[size_t(e)];
           }
         }
-        be.moe_expert_outputs(xt, routing, pairs, only, out);
+        be.moe_expert_outputs(xt, ids, pairs, only, out);
       }
-      be.moe_combine(routing, out, y);
+      be.moe_combine(weights, out, y);
       const Floats got = download(be, y);
       EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
           << threads << " threads, groups of " << group << " experts";
@@ -121,6 +124,8 @@ TEST(ExpertCacheMoe, ChunkedOutputsThenCombineEqualOneStepBitwise) {
     }
     be.release(xt);
     be.release(y);
+    be.release(weights);
+    be.release_ids(ids);
   }
 }
 
@@ -130,18 +135,21 @@ TEST(ExpertCacheMoe, PartialOpsRejectBadPairsAndShapes) {
   const Routing routing = random_routing(T, K, E, 3);
   backend::CpuBackend be(1);
   Tensor xt = be.alloc(T, n_embd), out = be.alloc(T * K, n_embd), y = be.alloc(T, n_embd);
+  backend::Ids ids = be.alloc_ids(T, K);
+  Tensor weights = be.alloc(T, K);
+  backend::upload_routing(be, routing, ids, weights);
   const std::vector<int64_t> unsorted = {3, 1};
-  EXPECT_NE(error_of([&] { be.moe_expert_outputs(xt, routing, unsorted, ex.weights, out); })
+  EXPECT_NE(error_of([&] { be.moe_expert_outputs(xt, ids, unsorted, ex.weights, out); })
                 .find("not above the one before"),
             std::string::npos);
   const std::vector<int64_t> outside = {T * K};
-  EXPECT_NE(error_of([&] { be.moe_expert_outputs(xt, routing, outside, ex.weights, out); })
+  EXPECT_NE(error_of([&] { be.moe_expert_outputs(xt, ids, outside, ex.weights, out); })
                 .find("outside 0..7"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { be.moe_expert_outputs(xt, routing, {}, ex.weights, y); })
+  EXPECT_NE(error_of([&] { be.moe_expert_outputs(xt, ids, {}, ex.weights, y); })
                 .find("one row per routed pair"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { be.moe_combine(routing, y, y); }).find("moe_combine"),
+  EXPECT_NE(error_of([&] { be.moe_combine(weights, y, y); }).find("moe_combine"),
             std::string::npos);
 }
 

@@ -1,11 +1,15 @@
 // The forward pass against the Hugging Face reference (docs/FIXTURES.md): each fixture folder is
-// converted to an f32 GGUF by `strata convert`'s API, run on the CPU, and compared row by row
+// converted to an f32 GGUF by `strata convert`'s API, run on each backend (the CPU; CUDA where it
+// is compiled in, skipped without a device), and compared row by row
 // with the reference logits (cosine >= min_cosine, max |diff| <= max_abs from meta.json) over
 // one full prefill window and over a token-by-token greedy decode that must reproduce
 // greedy.json exactly.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <tuple>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +19,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend_test_util.h"
 #include "convert/convert.h"
 #include "gguf_test_util.h"
 #include "model/model.h"
@@ -60,10 +65,21 @@ void compare_rows(const std::vector<float>& ours, const std::vector<float>& ref,
 
 int32_t argmax(const float* v, int64_t n) { return int32_t(std::max_element(v, v + n) - v); }
 
-class Fixture : public ::testing::TestWithParam<std::string> {};
+// The fixtures' folder: $STRATA_FIXTURES where set (a GPU-machine bundle carries its own copy),
+// else the source tree's.
+fs::path fixture_root() {
+  if (const char* dir = std::getenv("STRATA_FIXTURES")) return dir;
+  return fs::path(STRATA_SOURCE_DIR) / "tests" / "fixtures";
+}
+
+// (fixture, backend)
+class Fixture : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(Fixture, MatchesReferenceLogitsAndGreedy) {
-  const fs::path src = fs::path(STRATA_SOURCE_DIR) / "tests" / "fixtures" / GetParam();
+  const std::string& name = std::get<0>(GetParam());
+  const std::string why = backend::testing::unavailable(std::get<1>(GetParam()));
+  if (!why.empty()) GTEST_SKIP() << why;
+  const fs::path src = fixture_root() / name;
   TempDir dir;
   convert::ConvertOptions co;
   co.input_dir = src.string();
@@ -72,10 +88,12 @@ TEST_P(Fixture, MatchesReferenceLogitsAndGreedy) {
   co.progress = false;
   convert::run_convert(co);
 
-  // One thread: results do not depend on it (test_model.cpp checks), and a pool on a busy CI box
-  // spends more time in barriers than in these tiny ops.
-  backend::CpuBackend be(1);
-  auto m = Model::load(co.output, be);
+  // One CPU thread: results do not depend on it (test_model.cpp checks), and a pool on a busy CI
+  // box spends more time in barriers than in these tiny ops.
+  std::unique_ptr<backend::Backend> be = std::get<1>(GetParam()) == "cpu"
+                                             ? std::make_unique<backend::CpuBackend>(1)
+                                             : backend::testing::make_backend(std::get<1>(GetParam()));
+  auto m = Model::load(co.output, *be);
   const int64_t vocab = m->config().n_vocab;
   const auto prompt = npy::read((src / "prompt.npy").string()).int32s();
   const npy::Array ref_arr = npy::read((src / "logits.npy").string());
@@ -107,7 +125,7 @@ TEST_P(Fixture, MatchesReferenceLogitsAndGreedy) {
   std::printf(
       "%s: full window min cosine %.8f max abs %.3g (row %lld); decode min cosine %.8f "
       "max abs %.3g; bound %.3g\n",
-      GetParam().c_str(), full.min_cosine, full.max_abs, (long long)full.worst_row,
+      (name + "/" + be->name()).c_str(), full.min_cosine, full.max_abs, (long long)full.worst_row,
       decode.min_cosine, decode.max_abs, max_abs);
   EXPECT_GE(full.min_cosine, min_cosine) << "worst row " << full.worst_row;
   EXPECT_LE(full.max_abs, max_abs) << "worst row " << full.worst_row;
@@ -116,8 +134,11 @@ TEST_P(Fixture, MatchesReferenceLogitsAndGreedy) {
   EXPECT_EQ(ours, greedy);
 }
 
-INSTANTIATE_TEST_SUITE_P(Reference, Fixture,
-                         ::testing::Values("qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen4_exp"));
+INSTANTIATE_TEST_SUITE_P(
+    Reference, Fixture,
+    ::testing::Combine(::testing::Values("qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen4_exp"),
+                       ::testing::ValuesIn(backend::testing::backend_names())),
+    [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 }  // namespace
 }  // namespace strata::model

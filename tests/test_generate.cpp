@@ -269,6 +269,7 @@ TEST(Telemetry, FormatsPlaceholdersAsDashes) {
   t.prefill_seconds = 0.5;
   t.generated_tokens = 64;
   t.decode_steps = 63;
+  t.decode_tokens = 63;
   t.decode_seconds = 3.0;
   EXPECT_EQ(format_telemetry(t),
             "prompt 42 tok, prefill 84.0 tok/s | 64 tok, decode 21.0 tok/s | cache hit - | "
@@ -280,6 +281,26 @@ TEST(Telemetry, FormatsPlaceholdersAsDashes) {
   EXPECT_EQ(format_telemetry(t),
             "prompt 42 tok, 100 reused, prefill 84.0 tok/s | 64 tok, decode 21.0 tok/s | "
             "cache hit 87.5% | ssd 5.50 GB/s | stall 1.5 ms/tok");
+  // Speculation: tok/s counts the tokens windows kept, and the spec part follows.
+  t.decode_steps = 30;
+  t.spec = spec::Report{};
+  t.spec->mode = spec::Mode::Auto;
+  t.spec->t1 = 0.0412;
+  t.spec->t_ratio = {1.31, 0.0, 1.8};
+  t.spec->windows = 30;
+  t.spec->tokens = 63;
+  t.spec->drafted_windows = 20;
+  t.spec->accepted = 33;
+  t.spec->judged[1][1] = 20;
+  t.spec->hits[1][1] = 16;
+  t.spec->judged[1][2] = 10;
+  t.spec->hits[1][2] = 5;
+  t.spec->source_windows[1] = 20;
+  EXPECT_EQ(format_telemetry(t),
+            "prompt 42 tok, 100 reused, prefill 84.0 tok/s | 64 tok, decode 21.0 tok/s | "
+            "cache hit 87.5% | ssd 5.50 GB/s | stall 1.5 ms/tok | spec auto: T1 41.2 ms T2/T1 1.31 "
+            "T4/T1 1.80 | acc 0.80 0.50 | 2.10 tok/window, 1.65 accepted/drafted window | 20/30 "
+            "windows drafted (mtp 0, suffix 20) | rollback 0, 0.00 ms/window");
 }
 
 }  // namespace

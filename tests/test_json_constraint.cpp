@@ -94,6 +94,54 @@ TEST(JsonConstraintSchema, UnsupportedKeywordsAndBadSchemasNameTheProblem) {
   EXPECT_EQ(compile_error(R"({"title":"x","description":"y","type":"string","default":"z"})"), "");
 }
 
+// Schemas built to explode the automaton are refused when they compile, naming the limit.
+TEST(JsonConstraintSchema, ExplodingSchemasHitANamedLimit) {
+  // Two array alternatives that both begin with '[', recursively: nesting k levels keeps 2^k
+  // parses alive at once.
+  const std::string doubling =
+      R"({"$defs":{"a":{"anyOf":[{"type":"array","items":{"$ref":"#/$defs/a"}},)"
+      R"({"type":"array","maxItems":3,"items":{"$ref":"#/$defs/a"}}]}},"$ref":"#/$defs/a"})";
+  EXPECT_EQ(compile_error(doubling),
+            "json_schema: anyOf/oneOf alternatives that begin alike could keep more than 1024 "
+            "parses alive at once (the limit); make the alternatives differ in their first byte or "
+            "nest fewer of them");
+  // The same shape nested a few levels stays under the limit and compiles.
+  std::string shallow = R"({"type":"string"})";
+  for (int i = 0; i < 5; ++i)
+    shallow = R"({"anyOf":[{"type":"array","items":)" + shallow + R"(},{"type":"array","maxItems":2,"items":)" +
+              shallow + "}]}";
+  EXPECT_EQ(compile_error(shallow), "");
+  // Tens of thousands of alternatives: more states than the limit.
+  std::string wide = R"({"anyOf":[)";
+  for (int i = 0; i < 20000; ++i) wide += std::string(i ? "," : "") + R"({"type":"string"})";
+  EXPECT_EQ(compile_error(wide + "]}"),
+            "json_schema: the schema compiles to more than 16384 automaton states (the limit); "
+            "simplify it");
+}
+
+// The time backstop: a mask that needs more automaton steps than the limit throws instead of
+// running on (the generation then fails with that error).
+TEST(JsonConstraintMask, AMaskPastItsStepLimitThrows) {
+  GrammarLimits limits;
+  limits.max_mask_steps = 20;
+  JsonConstraint tight(toy_vocab(), JsonGrammar::from_schema(nullptr, limits));
+  std::vector<float> logits(toy_vocab().size(), 0.0f);
+  EXPECT_THROW(
+      {
+        try {
+          tight.apply(logits);
+        } catch (const Error& e) {
+          EXPECT_STREQ(e.what(),
+                       "json constraint: a mask took more than 20 automaton steps (the limit); the "
+                       "grammar is too ambiguous to enforce");
+          throw;
+        }
+      },
+      Error);
+  JsonConstraint roomy(toy_vocab(), JsonGrammar::from_schema(nullptr));
+  EXPECT_NO_THROW(roomy.apply(logits));
+}
+
 TEST(JsonConstraintAutomaton, AnyObjectFollowsJsonSyntax) {
   const JsonGrammar g = JsonGrammar::any_object();
   for (const char* ok :

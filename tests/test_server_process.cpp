@@ -13,6 +13,7 @@
 #include <string>
 
 #include "gguf_test_util.h"
+#include "server/server.h"
 #include "test_server_util.h"
 
 namespace strata::server {
@@ -38,6 +39,8 @@ class ServeProcess : public ::testing::Test {
 
   // Starts `strata serve` on a free port; returns false if it did not report one.
   bool spawn(const std::string& extra = "") {
+    if (err_) std::fclose(err_);
+    err_ = nullptr;
     int pipe_fds[2];
     if (::pipe(pipe_fds) != 0) return false;
     pid_ = ::fork();
@@ -52,7 +55,7 @@ class ServeProcess : public ::testing::Test {
     }
     ::close(pipe_fds[1]);
     err_ = ::fdopen(pipe_fds[0], "r");
-    static const std::regex serving(R"(serving .* on http://127\.0\.0\.1:(\d+))");
+    static const std::regex serving(R"(serving .* on http://[^ ]*:(\d+) )");
     char line[4096];
     while (std::fgets(line, sizeof line, err_)) {
       log_ += line;
@@ -106,6 +109,37 @@ TEST_F(ServeProcess, SigintExitsZero) {
   ASSERT_TRUE(spawn("--queue 2 --timeout 30")) << log_;
   ASSERT_EQ(::kill(pid_, SIGINT), 0);
   EXPECT_EQ(wait_exit(), 0) << log_;
+}
+
+// Listening beyond loopback without an API key is allowed, with a warning at start-up; on
+// loopback, or with a key, there is none.
+TEST_F(ServeProcess, ExposedWithoutAKeyWarnsAtStartup) {
+  ASSERT_TRUE(spawn("--host 0.0.0.0")) << log_;
+  EXPECT_NE(log_.find("strata: warning: listening on 0.0.0.0 without --api-key"), std::string::npos)
+      << log_;
+  httplib::Client c("127.0.0.1", port_);
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  ASSERT_EQ(::kill(pid_, SIGTERM), 0);
+  EXPECT_EQ(wait_exit(), 0) << log_;
+
+  log_.clear();
+  ASSERT_TRUE(spawn()) << log_;
+  EXPECT_EQ(log_.find("warning"), std::string::npos) << log_;
+}
+
+TEST(ServeStartup, LoopbackHostsAndTheWarning) {
+  for (const char* host : {"127.0.0.1", "127.1.2.3", "::1", "localhost"})
+    EXPECT_TRUE(is_loopback_host(host)) << host;
+  for (const char* host : {"0.0.0.0", "::", "192.168.1.5", "10.0.0.1", "example.com", "128.0.0.1"})
+    EXPECT_FALSE(is_loopback_host(host)) << host;
+  ServerOptions o;
+  EXPECT_EQ(startup_warning(o), "");
+  o.host = "0.0.0.0";
+  EXPECT_NE(startup_warning(o).find("without --api-key"), std::string::npos);
+  o.api_key = "k";
+  EXPECT_EQ(startup_warning(o), "");
 }
 
 TEST_F(ServeProcess, ATakenPortIsAClearError) {

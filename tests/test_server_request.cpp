@@ -233,6 +233,47 @@ TEST(ServerRequest, UnsupportedFeaturesAre422) {
   EXPECT_EQ(img.param, "messages[0].content[0].type");
 }
 
+// Hostile bodies (issue 14): each is refused with its 4xx, quickly and in bounded memory.
+TEST(ServerRequest, HostileBodiesAreRefused) {
+  // 10^5 levels of nesting, in every place a body can nest: parsing stops at the limit.
+  for (const std::string open : {"[", "{\"a\":"}) {
+    std::string deep;
+    for (int i = 0; i < 100000; ++i) deep += open;
+    const auto e = chat_error(R"({"model":"tiny","messages":)" + deep);
+    EXPECT_EQ(e.status, 400) << open;
+    EXPECT_EQ(e.code, "invalid_json") << open;
+    EXPECT_EQ(completion_error(R"({"model":"tiny","prompt":"x","stop":)" + deep).code,
+              "invalid_json");
+  }
+  // At the limit itself it still parses (and fails on its type instead).
+  const std::string at_limit = std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']');
+  EXPECT_EQ(chat_error(R"({"model":"tiny","messages":)" + at_limit + "}").code, "invalid_type");
+
+  // max_tokens and n far past any limit: out of range, never an overflow.
+  for (const std::string extra : {R"("max_tokens":1e300)", R"("max_tokens":18446744073709551616)",
+                                  R"("max_tokens":-9223372036854775809)", R"("n":1e300)",
+                                  R"("n":-1)", R"("max_completion_tokens":1e19)"}) {
+    const auto e = chat_error(chat(extra));
+    EXPECT_EQ(e.status, 400) << extra;
+    EXPECT_NE(e.code, "") << extra;
+  }
+  EXPECT_EQ(chat_error(chat(R"("n":9223372036854775807)")).status, 422);
+  // A max_tokens that parses is still checked against the context before anything runs
+  // (ServerLoopback.BadInputGetsTheRight4xx): here it must at least survive parsing intact.
+  EXPECT_EQ(parse_chat_request(chat(R"("max_tokens":9223372036854775807)"), kLimits).gen.max_tokens,
+            INT64_MAX);
+
+  // 10,000 tools: refused by count before any is rendered into a prompt.
+  std::string tools = R"("tools":[)";
+  for (int i = 0; i < 10000; ++i)
+    tools += std::string(i ? "," : "") + R"({"type":"function","function":{"name":"f)" +
+             std::to_string(i) + R"("}})";
+  const auto e = chat_error(chat(tools + "]"));
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.code, "array_above_max_length");
+  EXPECT_EQ(e.param, "tools");
+}
+
 TEST(ServerRequest, CompletionPrompts) {
   auto r = parse_completion_request(R"({"model":"tiny","prompt":"once"})", kLimits);
   EXPECT_EQ(r.prompt, "once");

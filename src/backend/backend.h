@@ -5,7 +5,7 @@
 // Rows are tokens of one window. Every op computes output row r from input row r alone (plus the
 // per-layer state for attention, conv and the delta rule, which it reads in position order), with
 // a reduction order that does not depend on how many rows the window has: a T-row window gives
-// bitwise the results of T one-row windows (DESIGN.md, "Determinism").
+// bitwise the results of T one-row windows (docs/DESIGN.md, "Determinism").
 #pragma once
 
 #include <cstddef>
@@ -42,6 +42,17 @@ struct Tensor {
   Tensor cols_view(int64_t first, int64_t n) const { return {data + first, rows, n, stride}; }
 };
 
+// Int32 values in backend memory, row-major (stride == cols): a window's positions and token ids
+// ([T, 1]), expert ids ([T, top_k]), QSA's selected positions ([T, cap]). Views share storage.
+struct Ids {
+  int32_t* data = nullptr;  // backend memory; only the backend dereferences it
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  int64_t size() const { return rows * cols; }
+  Ids rows_view(int64_t first, int64_t n) const { return {data + first * cols, n, cols}; }
+};
+
 // One routed expert's FFN: down(silu(gate x) * up x).
 struct ExpertWeights {
   Weight gate;  // [n_ff_exp rows, n_embd cols]
@@ -49,17 +60,37 @@ struct ExpertWeights {
   Weight down;  // [n_embd rows, n_ff_exp cols]
 };
 
-// The routed choice of one row: experts in rank order (best first) and their mixing weights.
+// The routed choice of a window, on the host: per row the experts in rank order (best first) and
+// their mixing weights. The forward pass keeps routing in backend memory (Ids + Tensor); the host
+// sees it only where it decides something (the expert cache, traces, cache-conditional routing).
 struct Routing {
   int64_t top_k = 0;
   std::vector<int32_t> experts;  // rows x top_k
   std::vector<float> weights;    // rows x top_k
 };
 
+// What a backend did, cumulative (strata bench reports them per token).
+struct BackendCounters {
+  uint64_t ops = 0;             // ops run one by one (each one or a few kernel launches)
+  uint64_t graph_captures = 0;  // windows recorded as a graph
+  uint64_t graph_replays = 0;   // windows run by replaying a recorded graph
+  uint64_t graph_kernels = 0;   // kernels run inside replayed graphs
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+
+  // A window's ops, from its first upload to its last op before the logits are read: a backend
+  // may record them the first time `key` is seen and replay the recording when it comes again
+  // (CUDA graphs); key 0 runs the ops as they come. The caller guarantees that one key always
+  // means the same sequence of ops, allocations and uploads of the same shapes on the same
+  // persistent tensors, with only the uploaded values differing. end_window(false) closes a window
+  // that threw: whatever was being recorded is dropped.
+  virtual void begin_window(uint64_t key) {}
+  virtual void end_window(bool completed) {}
+  virtual BackendCounters counters() const { return {}; }
 
   // Memory. alloc() returns zeroed memory owned by the backend until release().
   virtual Tensor alloc(int64_t rows, int64_t cols) = 0;
@@ -68,11 +99,15 @@ class Backend {
   virtual void download(const Tensor& src, float* host) = 0;
   virtual void fill(Tensor t, float value) = 0;
   virtual void copy(const Tensor& src, Tensor dst) = 0;
+  virtual Ids alloc_ids(int64_t rows, int64_t cols) = 0;  // zeroed
+  virtual void release_ids(Ids t) = 0;
+  virtual void upload_ids(const int32_t* host, Ids dst) = 0;
+  virtual void download_ids(const Ids& src, int32_t* host) = 0;
   // Makes a file tensor (2-D, or one [.., .., n] slice of a 3-D stack) usable as a Weight.
   virtual Weight weight(const gguf::TensorInfo& tensor, int64_t slice = 0) = 0;
 
-  // y[r] = dequantized table row ids[r].
-  virtual void get_rows(const Weight& table, std::span<const int32_t> ids, Tensor y) = 0;
+  // y[r] = dequantized table row ids[r] (ids: y.rows values, in row-major order).
+  virtual void get_rows(const Weight& table, const Ids& ids, Tensor y) = 0;
   // y = x W^T: y[r, o] = W[o, :] . x[r, :].
   virtual void matmul(const Weight& w, const Tensor& x, Tensor y) = 0;
   // Per group of `group` columns: y = x / sqrt(mean(x^2) + eps) * w (w: F32 [group], or none).
@@ -94,29 +129,40 @@ class Backend {
   virtual void split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> widths,
                             std::span<Tensor> outs) = 0;
   // NeoX-style rotary embedding in place on the first rope_dim dims of every head_dim group.
-  virtual void rope_neox(Tensor x, std::span<const int32_t> positions, int64_t head_dim,
-                         int64_t rope_dim, float theta) = 0;
+  // positions: one per row of x.
+  virtual void rope_neox(Tensor x, const Ids& positions, int64_t head_dim, int64_t rope_dim,
+                         float theta) = 0;
 
   // Causal attention of rows at `positions` over a layer's cache (keys/values at positions
   // 0..p, the window's own rows written first by kv_write). GQA: head h reads kv head
   // h / (n_head / n_head_kv).
   virtual void kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, const Tensor& v,
-                        std::span<const int32_t> positions) = 0;
+                        const Ids& positions) = 0;
   virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                         std::span<const int32_t> positions, int64_t n_head, int64_t n_head_kv,
-                         int64_t head_dim, float scale, Tensor y) = 0;
+                         const Ids& positions, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                         float scale, Tensor y) = 0;
   // Attention restricted to chosen cache positions (QSA): row r attends to the positions
-  // selected[offsets[r] .. offsets[r + 1]), in that order, instead of 0..p. offsets has q.rows + 1
-  // entries.
+  // selected[r, 0 .. counts[r]), in that order, instead of 0..p. selected [T, >= max count],
+  // counts [T, 1].
   virtual void attention_selected(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                  std::span<const int32_t> selected,
-                                  std::span<const int64_t> offsets, int64_t n_head,
+                                  const Ids& selected, const Ids& counts, int64_t n_head,
                                   int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) = 0;
 
-  // QSA indexer block scores: y[r, b] = scale * sum_h relu(q[r, h] . keys[b]) for b < counts[r],
-  // 0 past it; q [T, n_head * head_dim], keys [blocks, head_dim], y [T, >= max count].
-  virtual void block_scores(const Tensor& q, const Tensor& keys, std::span<const int32_t> counts,
-                            int64_t n_head, int64_t head_dim, float scale, Tensor y) = 0;
+  // QSA indexer block scores over the complete blocks row r sees, count (positions[r] + 1) /
+  // block: y[r, b] = scale * sum_h relu(q[r, h] . keys[b]) for b < count, 0 past it;
+  // q [T, n_head * head_dim], keys [blocks, head_dim], y [T, >= max count].
+  virtual void block_scores(const Tensor& q, const Tensor& keys, const Ids& positions,
+                            int64_t block, int64_t n_head, int64_t head_dim, float scale,
+                            Tensor y) = 0;
+  // y[b] = (sum of x's rows b*block .. b*block + block - 1, added in row order) / block: QSA's
+  // pooled block keys.
+  virtual void block_mean(const Tensor& x, int64_t block, Tensor y) = 0;
+  // QSA's choice per row r at position p: the best min(top_blocks, (p + 1) / block) complete
+  // blocks by scores[r] (ties: the lower block), ascending, each as its block positions, then the
+  // incomplete tail (p + 1) / block * block .. p. Written to selected[r, 0 .. counts[r]);
+  // selected has >= top_blocks * block + block - 1 columns.
+  virtual void qsa_select(const Tensor& scores, const Ids& positions, int64_t block,
+                          int64_t top_blocks, Ids selected, Ids counts) = 0;
 
   // Depthwise causal conv over time with a state of the previous kernel-1 rows, then silu:
   // y[t, c] = silu(sum_j w[c, j] * x_{t-kernel+1+j}[c]); the state is advanced by the window.
@@ -130,25 +176,36 @@ class Backend {
   virtual void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& g, const Tensor& beta, Tensor state, int64_t n_heads,
                                 Tensor y) = 0;
+  // The delta rule's log decay: g[t, h] = ssm_a[h] * softplus(a[t, h] + dt_bias[h]), softplus(z)
+  // = z > 20 ? z : log1p(exp(z)) (torch's threshold); ssm_a and dt_bias F32 [n_heads].
+  virtual void ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a,
+                         Tensor g) = 0;
 
-  // Router: softmax over logits, top-k (ties: lower expert id), optionally renormalised over the
-  // chosen k. The result goes to the host: expert residency is decided there.
-  virtual Routing route_softmax_topk(const Tensor& logits, int64_t top_k, bool renormalize) = 0;
+  // Router: softmax over logits, top-k (k = experts.cols; ties: lower expert id), optionally
+  // renormalised over the chosen k, into experts [T, k] and weights [T, k] in backend memory.
+  virtual void route_softmax_topk(const Tensor& logits, bool renormalize, Ids experts,
+                                  Tensor weights) = 0;
   // y[r] += sum over rank j of weights[r, j] * FFN_{experts[r, j]}(x[r]), summed in rank order.
-  // experts[e] holds expert e's weights (views into the file today; the arena's slots once
-  // experts stream).
-  virtual void moe_experts(const Tensor& x, const Routing& routing,
-                           std::span<const ExpertWeights> experts, Tensor y) = 0;
+  // table[e] holds expert e's weights (views into the file, or the expert cache's slots), read
+  // by id from the routing in backend memory.
+  virtual void moe_experts(const Tensor& x, const Ids& experts, const Tensor& weights,
+                           std::span<const ExpertWeights> table, Tensor y) = 0;
   // The same in two steps, for a window whose experts cannot all be resident at once:
   // moe_expert_outputs writes out[p] = FFN_{experts[p]}(x[p / top_k]) for each listed pair
   // p = r * top_k + j (ascending; other rows of out [rows * top_k, n_embd] untouched), called once
   // per chunk of pairs whose experts are resident together; moe_combine then adds
   // y[r] += sum over j of weights[r, j] * out[r * top_k + j] in rank order. Bitwise moe_experts
   // however the pairs are chunked.
-  virtual void moe_expert_outputs(const Tensor& x, const Routing& routing,
+  virtual void moe_expert_outputs(const Tensor& x, const Ids& experts,
                                   std::span<const int64_t> pairs,
-                                  std::span<const ExpertWeights> experts, Tensor out) = 0;
-  virtual void moe_combine(const Routing& routing, const Tensor& out, Tensor y) = 0;
+                                  std::span<const ExpertWeights> table, Tensor out) = 0;
+  virtual void moe_combine(const Tensor& weights, const Tensor& out, Tensor y) = 0;
 };
+
+// Host <-> backend conversions for the places that need host values.
+// New ids [rows, cols] holding host (rows * cols values); the caller releases them.
+Ids make_ids(Backend& be, std::span<const int32_t> host, int64_t rows, int64_t cols);
+Routing download_routing(Backend& be, const Ids& experts, const Tensor& weights);
+void upload_routing(Backend& be, const Routing& routing, Ids experts, Tensor weights);
 
 }  // namespace strata::backend

@@ -5,16 +5,21 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/device_flag.h"
 #include "cli/expert_flags.h"
 #include "cli/route_flags.h"
+#include "cli/spec_flags.h"
+#include "decode/generate.h"
 #include "decode/loaded_model.h"
 #include "experts/arena.h"
 #include "experts/streaming_source.h"
@@ -31,9 +36,12 @@ struct BenchOptions {
   int64_t prompt_tokens = 512;
   int64_t gen_tokens = 64;
   int64_t batch = 512;
+  std::string device = "auto";
   int threads = 0;
   uint64_t seed = 1;
   RouteFlags route;
+  SpecFlags spec;
+  std::string continue_from;  // forced-continuation mode: the text whose tokens are the output
 };
 
 // kB figures of /proc/self/status, in bytes; 0 when absent.
@@ -43,6 +51,17 @@ uint64_t proc_status_bytes(const std::string& field) {
   while (std::getline(in, line))
     if (line.starts_with(field + ":")) return std::stoull(line.substr(field.size() + 1)) * 1024;
   return 0;
+}
+
+// What the backend did in a phase, per token: ops run one by one, windows replayed as graphs and
+// the kernels those graphs ran.
+nlohmann::ordered_json backend_json(int64_t tokens, const backend::BackendCounters& before,
+                                    const backend::BackendCounters& after) {
+  const double per_token = tokens > 0 ? 1.0 / double(tokens) : 0.0;
+  return {{"ops_per_token", double(after.ops - before.ops) * per_token},
+          {"graph_replays_per_token", double(after.graph_replays - before.graph_replays) * per_token},
+          {"graph_kernels_per_token", double(after.graph_kernels - before.graph_kernels) * per_token},
+          {"graph_captures", after.graph_captures - before.graph_captures}};
 }
 
 // One phase's speed and what the cache did during it.
@@ -70,11 +89,97 @@ nlohmann::ordered_json phase_json(int64_t tokens, double seconds, const std::opt
   return j;
 }
 
+nlohmann::ordered_json spec_json(const spec::Report& r) {
+  nlohmann::ordered_json j;
+  j["mode"] = spec::mode_name(r.mode);
+  j["exact"] = !r.typical;
+  j["windows"] = r.windows;
+  j["drafted_windows"] = r.drafted_windows;
+  j["mtp_windows"] = r.source_windows[size_t(spec::Source::Mtp)];
+  j["suffix_windows"] = r.source_windows[size_t(spec::Source::Suffix)];
+  j["drafted"] = r.drafted;
+  j["accepted"] = r.accepted;
+  j["tokens_per_window"] = r.mean_tokens_per_window();
+  j["accepted_per_drafted_window"] = r.mean_accepted_per_window();
+  j["t1_ms"] = r.t1 ? nlohmann::ordered_json(*r.t1 * 1e3) : nlohmann::ordered_json(nullptr);
+  nlohmann::ordered_json ratio = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < r.t_ratio.size(); ++i)
+    if (r.t_ratio[i] > 0) ratio[std::to_string(i + 2)] = r.t_ratio[i];
+  j["t_ratio"] = ratio;  // T(n)/T(1) by row count n
+  nlohmann::ordered_json acc = nlohmann::ordered_json::array();
+  for (int p = 1; p <= spec::kMaxDepth; ++p) {
+    int64_t judged = 0;
+    for (const auto& s : r.judged) judged += s[size_t(p)];
+    if (judged == 0) break;
+    acc.push_back({{"position", p}, {"judged", judged}, {"acceptance", r.acceptance(p)}});
+  }
+  j["acceptance_by_position"] = acc;
+  j["rollbacks"] = r.rollbacks;
+  j["snapshot_ms"] = r.snapshot_seconds * 1e3;
+  j["rollback_ms"] = r.rollback_seconds * 1e3;
+  return j;
+}
+
+// Forced continuation (docs/SPECULATION.md, "Measuring it honestly"): the text's first
+// --prompt-tokens tokens are the prompt and its next --gen-tokens tokens replace the model's
+// choices, so drafters meet real text while every window still computes in full.
+void run_continue(const BenchOptions& o) {
+  std::ifstream in(o.continue_from, std::ios::binary);
+  if (!in) fail("--continue-from: cannot read ", o.continue_from);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const int64_t ctx = o.prompt_tokens + o.gen_tokens + spec::kMaxDepth + 1;
+  decode::LoadedModel lm({.path = o.model, .threads = o.threads, .ctx = ctx, .experts = source_options(o.experts)});
+  model::Model& m = lm.model();
+  const std::vector<int32_t> tokens = lm.encode(text);
+  if (int64_t(tokens.size()) < o.prompt_tokens + o.gen_tokens)
+    fail("--continue-from: ", o.continue_from, " has ", tokens.size(), " tokens, fewer than --prompt-tokens + --gen-tokens (",
+         o.prompt_tokens + o.gen_tokens, ")");
+  RouteFlags route = o.route;
+  route.no_history = true;
+  install_routing(m, route, o.experts.pack);
+  spec::Options so = spec_options(o.spec);
+  so.knob_seed = o.seed;
+  decode::Session session(m, lm.tokenizer(), {.n_ctx = ctx, .spec = so});
+  decode::GenerateParams p;
+  p.max_tokens = o.gen_tokens;
+  p.batch = o.batch;
+  const auto prompt = std::span(tokens).first(size_t(o.prompt_tokens));
+  p.forced.assign(tokens.begin() + o.prompt_tokens, tokens.begin() + o.prompt_tokens + o.gen_tokens);
+  const auto start = m.expert_stats();
+  const decode::GenerateResult r = session.generate(prompt, p, {});
+  const decode::Telemetry& t = r.telemetry;
+
+  nlohmann::ordered_json j;
+  j["model"] = o.model;
+  j["experts"] = m.experts_description();
+  j["threads"] = o.threads;
+  j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
+  j["route_trace"] = o.route.trace;
+  j["continue_from"] = o.continue_from;
+  j["text_tokens"] = tokens.size();
+  j["prefill"] = {{"tokens", t.prompt_tokens}, {"seconds", t.prefill_seconds},
+                  {"tok_per_s", t.prefill_tok_per_s().value_or(0.0)}};
+  j["decode"] = {{"tokens", t.decode_tokens}, {"windows", t.decode_steps}, {"seconds", t.decode_seconds},
+                 {"tok_per_s", t.decode_tok_per_s().value_or(0.0)}};
+  if (auto c = m.expert_stats(); c && start) j["decode"]["hit_rate"] = c->since(*start).hit_rate();
+  if (t.spec) {
+    j["spec"] = spec_json(*t.spec);
+    if (so.mtp_acceptance_knob > 0)
+      j["spec"]["mtp_acceptance_knob"] = cat("MTP drafts are the text's next token with probability ", so.mtp_acceptance_knob,
+                                             " per position (a knob set to published figures, not this model's head)");
+  } else {
+    j["spec"] = {{"mode", "off"}};
+  }
+  finish_routing(m);
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
 void run_bench(const BenchOptions& o) {
   if (o.prompt_tokens < 1 || o.gen_tokens < 0 || o.batch < 1)
     fail("--prompt-tokens and --batch must be at least 1, --gen-tokens at least 0");
+  if (!o.continue_from.empty()) return run_continue(o);
   const int64_t ctx = o.prompt_tokens + o.gen_tokens;
-  decode::LoadedModel lm({.path = o.model, .threads = o.threads, .ctx = ctx, .experts = source_options(o.experts)});
+  decode::LoadedModel lm({.path = o.model, .device = o.device, .threads = o.threads, .ctx = ctx, .experts = source_options(o.experts)});
   model::Model& m = lm.model();
   RouteFlags route = o.route;
   route.no_history = true;  // a benchmark must not depend on, nor change, earlier runs
@@ -97,6 +202,7 @@ void run_bench(const BenchOptions& o) {
   };
   model::State state = m.new_state(ctx);
   const auto start = m.expert_stats();
+  const backend::BackendCounters counters_start = m.backend().counters();
   auto t0 = Clock::now();
   for (int64_t i = 0; i < o.prompt_tokens; i += o.batch) {
     const int64_t n = std::min(o.batch, o.prompt_tokens - i);
@@ -104,20 +210,27 @@ void run_bench(const BenchOptions& o) {
   }
   const double prefill_s = seconds_since(t0);
   const auto after_prefill = m.expert_stats();
+  const backend::BackendCounters counters_prefill = m.backend().counters();
   t0 = Clock::now();
   for (int64_t i = o.prompt_tokens; i < ctx; ++i)
     m.forward(std::span(tokens).subspan(size_t(i), 1), state, model::LogitsMode::Last);
   const double decode_s = seconds_since(t0);
+  const backend::BackendCounters counters_decode = m.backend().counters();
 
   nlohmann::ordered_json j;
   j["model"] = o.model;
   j["experts"] = m.experts_description();
+  j["device"] = lm.device_description();
   j["threads"] = o.threads;
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["route_trace"] = o.route.trace;
   j["seed"] = o.seed;
   j["prefill"] = phase_json(o.prompt_tokens, prefill_s, delta(start), slot_bytes);
   j["decode"] = phase_json(o.gen_tokens, decode_s, delta(after_prefill), slot_bytes);
+  if (std::string_view(m.backend().name()) != "cpu") {  // the CPU backend runs no graphs
+    j["prefill"]["backend"] = backend_json(o.prompt_tokens, counters_start, counters_prefill);
+    j["decode"]["backend"] = backend_json(o.gen_tokens, counters_prefill, counters_decode);
+  }
   if (streaming) {
     j["cache"] = {{"slots", streaming->arena().n_slots()},
                   {"slot_bytes", slot_bytes},
@@ -143,8 +256,13 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--gen-tokens", o->gen_tokens, "Decode steps, one token each")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Rows per prefill window")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (default: one per hardware thread)");
+  add_device_flag(cmd, o->device);
   cmd->add_option("--seed", o->seed, "Seed of the pseudo-random token ids")->capture_default_str();
   add_route_flags(cmd, o->route, false);
+  cmd->add_option("--continue-from", o->continue_from,
+                  "Forced continuation: prompt and output are this text's tokens, drafts are verified "
+                  "against them (docs/SPECULATION.md)");
+  add_spec_flags(cmd, o->spec, true);
   cmd->callback([o] { run_bench(*o); });
 }
 

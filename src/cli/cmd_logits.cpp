@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
 #include "cli/commands.h"
+#include "cli/device_flag.h"
+#include "decode/device.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/npy.h"
@@ -27,6 +28,7 @@ struct LogitsOptions {
   std::string output;
   std::string dump_dir;
   int64_t window = 0;
+  std::string device = "auto";
   int threads = 0;
 };
 
@@ -56,8 +58,10 @@ void run_logits(const LogitsOptions& o) {
   if (tokens.empty()) fail("logits: the token list is empty");
   if (o.window < 0) fail("--window: ", o.window, " is negative");
 
-  backend::CpuBackend backend(o.threads);
-  auto model = model::Model::load(o.model, backend);
+  const decode::OpenedBackend backend =
+      decode::open_backend(decode::parse_device(o.device), o.threads, o.model, {});
+  std::fprintf(stderr, "strata logits: device %s\n", backend.description.c_str());
+  auto model = model::Model::load(o.model, *backend.backend);
   const int64_t n = int64_t(tokens.size());
   if (n > model->config().n_ctx)
     fail("logits: ", n, " tokens exceed the model's context of ", model->config().n_ctx);
@@ -107,6 +111,7 @@ void add_logits_command(CLI::App& app) {
       ->required();
   cmd->add_option("--window", opts->window, "Rows per forward window (default: all at once)");
   cmd->add_option("--threads", opts->threads, "CPU threads (default: one per hardware thread)");
+  add_device_flag(cmd, opts->device);
   cmd->add_option("--dump", opts->dump_dir, "Write named per-layer activations as DIR/NAME.npy");
   cmd->callback([opts] { run_logits(*opts); });
 }

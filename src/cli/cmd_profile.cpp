@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/device_flag.h"
 #include "cli/expert_flags.h"
 #include "decode/generate.h"
 #include "decode/loaded_model.h"
@@ -27,6 +28,7 @@ struct ProfileOptions {
   std::string output;
   ExpertFlags experts;
   int64_t max_tokens = 64;
+  std::string device = "auto";
   int threads = 0;
   int64_t ctx = 4096;
 };
@@ -42,7 +44,8 @@ std::string read_text(const std::string& path) {
 void run_profile(const ProfileOptions& o) {
   const std::string text = o.prompt_file.empty() ? o.prompt : read_text(o.prompt_file);
   decode::LoadedModel lm(
-      {.path = o.model, .threads = o.threads, .ctx = o.ctx, .experts = source_options(o.experts)});
+      {.path = o.model, .device = o.device, .threads = o.threads, .ctx = o.ctx, .experts = source_options(o.experts)});
+  std::fprintf(stderr, "strata: device %s\n", lm.device_description().c_str());
   model::Model& m = lm.model();
   const auto prompt = lm.encode(text);
   if (prompt.empty()) fail("the prompt has no tokens: give a text with -p or --prompt-file");
@@ -78,6 +81,7 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens generated greedily after the prompt")->capture_default_str();
   add_expert_flags(cmd, o->experts);
   cmd->add_option("--threads", o->threads, "CPU threads (default: one per hardware thread)");
+  add_device_flag(cmd, o->device);
   cmd->add_option("--ctx", o->ctx, "Context positions")->capture_default_str();
   cmd->callback([o] { run_profile(*o); });
 }

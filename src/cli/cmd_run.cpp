@@ -13,8 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/device_flag.h"
 #include "cli/expert_flags.h"
 #include "cli/route_flags.h"
+#include "cli/spec_flags.h"
 #include "decode/generate.h"
 #include "decode/loaded_model.h"
 #include "experts/arena.h"
@@ -33,10 +35,12 @@ struct RunOptions {
   bool raw = false;
   std::optional<bool> think;
   decode::GenerateParams gen;
+  std::string device = "auto";
   int threads = 0;
   int64_t ctx = 4096;
   ExpertFlags experts;
   RouteFlags route;
+  SpecFlags spec;
 };
 
 // The conversation so far and how it becomes prompt tokens: the model's chat template over the
@@ -146,12 +150,13 @@ void chat_loop(decode::Session& session, const model::Model& model, Conversation
 void run_run(const RunOptions& o) {
   o.gen.validate();
   decode::LoadedModel lm(
-      {.path = o.model, .threads = o.threads, .ctx = o.ctx, .experts = source_options(o.experts)});
+      {.path = o.model, .device = o.device, .threads = o.threads, .ctx = o.ctx, .experts = source_options(o.experts)});
+  std::fprintf(stderr, "[strata] device %s\n", lm.device_description().c_str());
   std::fprintf(stderr, "[strata] experts %s\n", lm.model().experts_description().c_str());
   install_routing(lm.model(), o.route, o.experts.pack);
   Conversation conv(o, lm);
   decode::Session session(lm.model(), lm.tokenizer(),
-                          {.n_ctx = o.ctx, .snapshot_prompt = !o.one_shot});
+                          {.n_ctx = o.ctx, .snapshot_prompt = !o.one_shot, .spec = spec_options(o.spec)});
 
   if (!o.one_shot) {
     chat_loop(session, lm.model(), conv, o);
@@ -195,10 +200,12 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--stop", gen.stop, "Stop string (repeatable); the reply ends before it")
       ->allow_extra_args(false);
   cmd->add_option("--threads", opts->threads, "CPU threads (default: one per hardware thread)");
+  add_device_flag(cmd, opts->device);
   cmd->add_option("--ctx", opts->ctx, "Context positions")->capture_default_str();
   add_expert_flags(cmd, opts->experts);
   cmd->add_option("--batch", gen.batch, "Rows per prefill window")->capture_default_str();
   add_route_flags(cmd, opts->route);
+  add_spec_flags(cmd, opts->spec);
   cmd->callback([opts, prompt] {
     opts->one_shot = prompt->count() > 0;
     run_run(*opts);

@@ -12,8 +12,10 @@
 #include <pthread.h>
 
 #include "cli/commands.h"
+#include "cli/device_flag.h"
 #include "cli/expert_flags.h"
 #include "cli/route_flags.h"
+#include "cli/spec_flags.h"
 #include "decode/loaded_model.h"
 #include "server/server.h"
 #include "util/error.h"
@@ -26,6 +28,7 @@ struct ServeOptions {
   decode::LoadOptions load;
   std::string chat_template_file;
   ExpertFlags experts;
+  SpecFlags spec;
   server::ServerOptions server;
 };
 
@@ -55,11 +58,19 @@ void run_serve(const ServeOptions& o) {
   load.experts = source_options(o.experts);
   if (!o.chat_template_file.empty()) load.chat_template = read_text_file(o.chat_template_file);
   decode::LoadedModel model(load);
+  std::fprintf(stderr, "strata: device %s\n", model.device_description().c_str());
   std::fprintf(stderr, "strata: experts %s\n", model.model().experts_description().c_str());
   // The usage history and start-up fill when the experts stream.
   install_routing(model.model(), {}, o.experts.pack);
-  server::Server srv(model, o.server);
+  server::ServerOptions so = o.server;
+  so.generation.spec = spec_options(o.spec);
+  // Speculative windows are not shared between sequences yet: the default (auto) is off with
+  // --parallel above 1; an explicit mode there is an error (server::Server says so).
+  if (so.generation.parallel > 1 && o.spec.mode == "auto") so.generation.spec.mode = spec::Mode::Off;
+  server::Server srv(model, so);
   const int port = srv.bind();
+  if (const std::string warning = server::startup_warning(o.server); !warning.empty())
+    std::fprintf(stderr, "strata: %s\n", warning.c_str());
 
   std::thread watcher([&srv] {
     sigset_t wait_for;
@@ -100,6 +111,7 @@ void add_serve_command(CLI::App& app) {
   const char* kRequests = "Requests and queue";
   const char* kCompute = "Compute";
   const char* kExperts = "Expert cache";
+  const char* kSpec = "Speculative decoding";
   cmd->add_option("-m,--model", opts->load.path, "GGUF model")->required()->group(kModel);
   cmd->add_option("--model-id", g.model_id,
                   "Model name clients must send (default: the file name without .gguf)")
@@ -135,14 +147,23 @@ void add_serve_command(CLI::App& app) {
                   "Seconds a request may take, queue wait and generation together")
       ->capture_default_str()
       ->group(kRequests);
+  cmd->add_option("--read-timeout", s.read_timeout_s,
+                  "Seconds a client has to send a whole request (line, headers, body); past it, 408")
+      ->capture_default_str()
+      ->group(kNetwork);
   cmd->add_option("--batch", g.batch, "Prompt rows per window (with --parallel: beside the decode rows)")
       ->capture_default_str()
       ->group(kCompute);
   cmd->add_option("--threads", opts->load.threads,
                   "CPU threads (default: one per hardware thread)")
       ->group(kCompute);
+  add_device_flag(cmd, opts->load.device);
+  cmd->get_option("--device")->group(kCompute);
   add_expert_flags(cmd, opts->experts);
   for (const char* flag : {"--expert-budget", "--read-ahead", "--pack"}) cmd->get_option(flag)->group(kExperts);
+  add_spec_flags(cmd, opts->spec);
+  for (const char* flag : {"--spec", "--spec-depth", "--spec-max-depth", "--spec-typical"})
+    cmd->get_option(flag)->group(kSpec);
   cmd->callback([opts] { run_serve(*opts); });
 }
 

@@ -1,9 +1,33 @@
 #include "cli/expert_flags.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
 #include "experts/arena.h"
+#include "experts/io_fault.h"
 #include "util/error.h"
 
 namespace strata::cli {
+
+namespace {
+
+// The process's fault injector, made by the first source_options() call when STRATA_IO_FAULTS
+// is set; null otherwise.
+std::unique_ptr<experts::FaultInjector> g_io_faults;
+
+experts::FaultInjector* io_faults() {
+  static const bool made = [] {
+    const char* spec = std::getenv("STRATA_IO_FAULTS");
+    if (!spec) return false;
+    g_io_faults = std::make_unique<experts::FaultInjector>(experts::parse_fault_rates(spec));
+    std::fprintf(stderr, "[strata] STRATA_IO_FAULTS=%s: injecting faults into expert reads\n", spec);
+    return true;
+  }();
+  return made ? g_io_faults.get() : nullptr;
+}
+
+}  // namespace
 
 void add_expert_flags(CLI::App* cmd, ExpertFlags& flags) {
   cmd->add_option("--expert-budget", flags.budget,
@@ -19,6 +43,8 @@ void add_expert_flags(CLI::App* cmd, ExpertFlags& flags) {
 
 experts::SourceOptions source_options(const ExpertFlags& flags) {
   experts::SourceOptions o{.pack = flags.pack, .read_ahead = flags.read_ahead == "on"};
+  if (experts::FaultInjector* faults = io_faults())
+    o.io_wrapper = [faults](std::unique_ptr<experts::FileIo> io) { return faults->wrap(std::move(io)); };
   if (!flags.budget.empty()) {
     try {
       o.budget_bytes = experts::parse_byte_size(flags.budget);
@@ -27,6 +53,11 @@ experts::SourceOptions source_options(const ExpertFlags& flags) {
     }
   }
   return o;
+}
+
+void report_io_faults() {
+  if (const experts::FaultInjector* faults = g_io_faults.get())
+    std::fprintf(stderr, "[strata] %s\n", faults->summary().c_str());
 }
 
 }  // namespace strata::cli

@@ -18,7 +18,11 @@ struct ExpertFlags {
 
 void add_expert_flags(CLI::App* cmd, ExpertFlags& flags);
 
-// Throws strata::Error naming --expert-budget when it does not parse.
+// Throws strata::Error naming --expert-budget when it does not parse. With STRATA_IO_FAULTS set
+// in the environment (a test hook, experts/io_fault.h) the pack's reads get injected faults.
 experts::SourceOptions source_options(const ExpertFlags& flags);
+
+// Prints what STRATA_IO_FAULTS injected, when it is set (at the end of run and serve).
+void report_io_faults();
 
 }  // namespace strata::cli

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "cli/commands.h"
+#include "cli/expert_flags.h"
 #include "util/cpu.h"
 #include "util/error.h"
 
@@ -24,6 +25,10 @@ int main(int argc, char** argv) {
   strata::cli::add_tokenize_command(app);
   strata::cli::add_bench_command(app);
   strata::cli::add_profile_command(app);
+  // What STRATA_IO_FAULTS injected (a test hook), however the command ends.
+  struct ReportFaults {
+    ~ReportFaults() { strata::cli::report_io_faults(); }
+  } report_faults;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

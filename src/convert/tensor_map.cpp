@@ -123,10 +123,6 @@ TensorMapper::TensorMapper(const Checkpoint& ckpt, const model::ModelConfig& con
       set_aside(name, "rotary inv_freq buffers (recomputed from rope.freq_base)");
       continue;
     }
-    if (name == "mtp.norm.weight" && c_.arch == Arch::Qwen35Moe && c_.n_mtp > 0) {
-      set_aside(name, "MTP final norm (mtp.norm.weight): the qwen35moe tensor list has no nextn.shared_head_norm");
-      continue;
-    }
     if (starts_with(name, "mtp.") && c_.n_mtp == 0) {
       set_aside(name, "MTP tensors (mtp.*) not written: --no-mtp, or the GGUF architecture has no MTP block");
       continue;
@@ -320,6 +316,7 @@ TensorPlan TensorMapper::plan(const model::TensorSpec& spec) {
   else if (t == "ple_conv1d.weight") b.copy(P + "ple.conv1d.weight", {hc, 1, c.ple_conv});
   // MTP (NextN) head.
   else if (t == "nextn.enorm.weight") b.copy("mtp.pre_fc_norm_embedding.weight", {n}, Transform::PlusOne);
+  else if (t == "nextn.shared_head_norm.weight") b.copy("mtp.norm.weight", {n}, Transform::PlusOne);
   else if (t == "nextn.hnorm.weight") b.copy("mtp.pre_fc_norm_hidden.weight", {spec.shape[0]}, Transform::PlusOne);
   else if (t == "nextn.eh_proj.weight" && c.arch == Arch::Qwen4Exp) {
     // fc_embedding and fc_hidden side by side: one matmul over concat(embedding, hidden).

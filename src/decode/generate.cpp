@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "decode/stop.h"
+#include "spec/verify.h"
 #include "tokenizer/detokenize.h"
 #include "util/error.h"
 
@@ -30,7 +31,7 @@ std::string number_or_dash(const std::optional<double>& v, const char* format) {
 void fill_cache_telemetry(Telemetry& tm, const experts::CacheStats& d) {
   if (d.hits + d.misses > 0) tm.cache_hit_rate = d.hit_rate();
   if (tm.decode_seconds > 0) tm.ssd_gb_per_s = double(d.bytes_read) / tm.decode_seconds / 1e9;
-  if (tm.decode_steps > 0) tm.stall_ms_per_token = d.stall_seconds * 1e3 / double(tm.decode_steps);
+  if (tm.decode_tokens > 0) tm.stall_ms_per_token = d.stall_seconds * 1e3 / double(tm.decode_tokens);
 }
 
 void GenerateParams::validate() const {
@@ -47,8 +48,8 @@ std::optional<double> Telemetry::prefill_tok_per_s() const {
 }
 
 std::optional<double> Telemetry::decode_tok_per_s() const {
-  if (decode_steps == 0 || decode_seconds <= 0) return std::nullopt;
-  return double(decode_steps) / decode_seconds;
+  if (decode_tokens == 0 || decode_seconds <= 0) return std::nullopt;
+  return double(decode_tokens) / decode_seconds;
 }
 
 std::string format_telemetry(const Telemetry& t) {
@@ -60,7 +61,8 @@ std::string format_telemetry(const Telemetry& t) {
              " tok, decode ", number_or_dash(t.decode_tok_per_s(), "%.1f"), " tok/s | cache hit ",
              number_or_dash(hit_percent, "%.1f%%"), " | ssd ",
              number_or_dash(t.ssd_gb_per_s, "%.2f"), " GB/s | stall ",
-             number_or_dash(t.stall_ms_per_token, "%.1f"), " ms/tok");
+             number_or_dash(t.stall_ms_per_token, "%.1f"), " ms/tok",
+             t.spec ? " | " + spec::format_report(*t.spec) : std::string());
 }
 
 Session::Session(model::Model& model, const tokenizer::Tokenizer& tokenizer,
@@ -68,7 +70,8 @@ Session::Session(model::Model& model, const tokenizer::Tokenizer& tokenizer,
     : model_(model),
       tokenizer_(tokenizer),
       options_(options),
-      state_(model.new_state(options.n_ctx)) {
+      state_(model.new_state(options.n_ctx)),
+      speculator_(model, options.spec, options.n_ctx) {
   // Qwen's generation configs end on both <|im_end|> and <|endoftext|>, whichever the vocab's
   // eos is; a raw prompt may well be continued with the document end.
   const auto& vocab = tokenizer.vocab();
@@ -132,7 +135,19 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   if (prompt.empty()) fail("generate: the prompt is empty");
   if (int64_t(prompt.size()) > n_ctx())
     fail("the prompt has ", prompt.size(), " tokens, more than the context of ", n_ctx());
+  try {
+    return run(prompt, params, on_piece);
+  } catch (...) {
+    // A window that threw (an expert record that could not be read) may have advanced the
+    // recurrent state of the layers before the failure, so the state no longer matches tokens_:
+    // drop it, and the next call prefills from the start.
+    reset();
+    throw;
+  }
+}
 
+GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParams& params,
+                            const PieceFn& on_piece) {
   GenerateResult result;
   Telemetry& tm = result.telemetry;
   const int64_t reused = reuse_prefix(prompt);
@@ -141,6 +156,9 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
 
   const auto prefill_start = Clock::now();
   std::vector<float> logits;
+  // The MTP head reads the trunk's hidden state of every position.
+  std::vector<float> hidden;
+  std::vector<float>* hidden_ptr = speculator_.wants_hidden() ? &hidden : nullptr;
   const auto stop_requested = [&] { return params.should_stop && params.should_stop(); };
   const int64_t n = int64_t(prompt.size());
   // A window ends where the state is copied; windows of any size give the same state, so this
@@ -155,7 +173,8 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
     int64_t count = std::min(params.batch, n - first);
     if (keep > first && keep < first + count) count = keep - first;
     const auto window = prompt.subspan(size_t(first), size_t(count));
-    logits = model_.forward(window, state_, model::LogitsMode::Last);
+    logits = model_.forward(window, state_, model::LogitsMode::Last, {.hidden = hidden_ptr});
+    if (hidden_ptr) speculator_.observe(first, hidden);
     tokens_.insert(tokens_.end(), window.begin(), window.end());
     first += count;
     if (first == keep) keep_snapshot();
@@ -164,38 +183,110 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
 
   const auto decode_start = Clock::now();
   const auto cache_start = model_.expert_stats();
-  Sampler sampler(params.sampling, model_.config().n_vocab);
+  const spec::Report spec_start = speculator_.report();
+  const int64_t n_vocab = model_.config().n_vocab;
+  Sampler sampler(params.sampling, n_vocab);
   tokenizer::StreamDecoder detok(tokenizer_);
   StopMatcher stops(params.stop);
   std::vector<int32_t> history(prompt.begin(), prompt.end());
+  speculator_.start(history);
   const auto emit = [&](const std::string& text) {
     if (text.empty()) return;
     result.text += text;
     if (on_piece) on_piece(text);
   };
-
-  while (int64_t(result.tokens.size()) < params.max_tokens) {
-    if (stop_requested()) {
-      result.finish = FinishReason::Cancelled;
-      break;
-    }
-    if (params.logits_filter) params.logits_filter(logits);
-    const int32_t id = sampler.sample(logits, history);
+  // The token for the next position from its logits row: the sampler's choice keyed by the
+  // position (so drafted and plain windows draw the same numbers), or the forced text's token.
+  const auto choose = [&](std::span<float> row) {
+    if (params.logits_filter) params.logits_filter(row);
+    const int32_t id = sampler.sample_at(row, history, history.size());
+    if (!params.forced.empty()) return params.forced[result.tokens.size()];
+    return id;
+  };
+  // A forced continuation ends with its text.
+  const size_t limit = params.forced.empty() ? size_t(params.max_tokens)
+                                             : std::min(size_t(params.max_tokens), params.forced.size());
+  // Takes a chosen token into the output; true when the generation ends with it.
+  const auto take = [&](int32_t id) {
     if (is_end(id)) {
       result.finish = FinishReason::Eos;
-      break;
+      return true;
     }
     result.tokens.push_back(id);
     history.push_back(id);
+    speculator_.push(id);
     if (params.on_token) params.on_token(id);
     emit(stops.feed(detok.push(uint32_t(id))));
     if (stops.stopped()) {
       result.finish = FinishReason::Stop;
-      break;
+      return true;
     }
-    if (int64_t(result.tokens.size()) == params.max_tokens || state_.n_past >= n_ctx()) break;
-    logits = model_.forward(std::span(&id, 1), state_, model::LogitsMode::Last);
-    tokens_.push_back(id);
+    return result.tokens.size() >= limit;
+  };
+
+  // Each pass verifies the rows of the last window (the prefill's last row first): row r
+  // predicts the token after window token r. A draft stands iff it equals the token chosen
+  // from the row before it; the first that does not ends the window, and the state is rolled
+  // back to the rows that stand.
+  std::vector<int32_t> window;  // the last window's tokens: pending token, then drafts
+  spec::Speculator::Draft draft;
+  int64_t rows = 1;
+  int64_t base = state_.n_past - 1;  // positions before the window's first row
+  auto window_start = Clock::now();
+  bool done = result.tokens.size() >= limit;
+  while (!done) {
+    int64_t kept = rows;
+    int judged = 0, accepted = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (stop_requested()) {
+        result.finish = FinishReason::Cancelled;
+        kept = r + 1;
+        done = true;
+        break;
+      }
+      const int32_t id = choose(std::span(logits).subspan(size_t(r * n_vocab), size_t(n_vocab)));
+      int32_t taken = id;
+      const bool drafted = r + 1 < rows;
+      if (drafted && id != window[size_t(r + 1)] && speculator_.options().typical &&
+          spec::typical_accept(std::span(logits).subspan(size_t(r * n_vocab), size_t(n_vocab)),
+                               window[size_t(r + 1)], params.sampling.temperature,
+                               speculator_.options().typical_epsilon, speculator_.options().typical_delta))
+        taken = window[size_t(r + 1)];
+      done = take(taken) || base + r + 2 > n_ctx();
+      if (done) {
+        kept = r + 1;
+        break;
+      }
+      if (!drafted) break;
+      ++judged;
+      if (taken != window[size_t(r + 1)]) {
+        kept = r + 1;
+        break;
+      }
+      ++accepted;
+    }
+    if (!window.empty()) {
+      if (kept < rows) model_.rollback(state_, speculator_.journal(), kept);
+      if (hidden_ptr)
+        speculator_.observe(base, std::span(hidden).first(size_t(kept * model_.hidden_cols())));
+      tokens_.insert(tokens_.end(), window.begin(), window.begin() + std::ptrdiff_t(kept));
+      tm.decode_tokens += kept;
+      speculator_.window_done(draft, int(rows), int(kept), judged, accepted, seconds_since(window_start));
+    }
+    if (done) break;
+    // The next window: the last chosen token, then the drafts that fit the output and context.
+    const int64_t room = std::min(int64_t(limit - result.tokens.size()) - 1, n_ctx() - state_.n_past - 1);
+    const auto forced_next = params.forced.empty()
+                                 ? std::span<const int32_t>()
+                                 : std::span(params.forced).subspan(result.tokens.size());
+    draft = speculator_.plan(history, int(std::min<int64_t>(room, spec::kMaxDepth)), forced_next);
+    window.assign(1, history.back());
+    window.insert(window.end(), draft.tokens.begin(), draft.tokens.end());
+    rows = int64_t(window.size());
+    base = state_.n_past;
+    window_start = Clock::now();
+    logits = model_.forward(window, state_, rows > 1 ? model::LogitsMode::All : model::LogitsMode::Last,
+                            {.journal = rows > 1 ? &speculator_.journal() : nullptr, .hidden = hidden_ptr});
     ++tm.decode_steps;
   }
   if (!stops.stopped()) {
@@ -209,6 +300,7 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   tm.decode_seconds = seconds_since(decode_start);
   tm.generated_tokens = int64_t(result.tokens.size());
   if (cache_start) fill_cache_telemetry(tm, model_.expert_stats()->since(*cache_start));
+  if (speculator_.enabled()) tm.spec = speculator_.report().since(spec_start);
   return result;
 }
 

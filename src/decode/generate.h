@@ -14,6 +14,7 @@
 
 #include "decode/sampler.h"
 #include "model/model.h"
+#include "spec/speculator.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::decode {
@@ -40,6 +41,10 @@ struct GenerateParams {
   // empty <think> block). Outside (reused prefix, prompt end]: the prompt's end, unless the
   // snapshot already held lies within the reused prefix, which is then kept.
   int64_t snapshot_at = -1;
+  // Benchmarks only (strata bench --continue-from): the output is these tokens instead of the
+  // chosen ones, each still computed and chosen as usual (docs/SPECULATION.md, "Measuring it
+  // honestly"); the generation ends with them.
+  std::vector<int32_t> forced;
 
   // Throws strata::Error naming the parameter that is out of range.
   void validate() const;
@@ -52,11 +57,13 @@ struct Telemetry {
   int64_t reused_tokens = 0;  // already in the state from an earlier call
   double prefill_seconds = 0;
   int64_t generated_tokens = 0;
-  int64_t decode_steps = 0;  // one-token forwards; the first token comes from the prefill
+  int64_t decode_steps = 0;   // decode windows (one token each, or one plus drafts)
+  int64_t decode_tokens = 0;  // tokens those windows kept; the first token comes from the prefill
   double decode_seconds = 0;
   std::optional<double> cache_hit_rate;  // 0..1
   std::optional<double> ssd_gb_per_s;
   std::optional<double> stall_ms_per_token;
+  std::optional<spec::Report> spec;  // when speculation is on
 
   std::optional<double> prefill_tok_per_s() const;
   std::optional<double> decode_tok_per_s() const;
@@ -90,6 +97,7 @@ struct SessionOptions {
   // diverges inside the reply (a chat template re-rendering the assistant turn differently).
   // Costs one state copy per call; a one-shot run leaves it off.
   bool snapshot_prompt = false;
+  spec::Options spec;  // speculative decoding (off unless set; strata run/serve/bench default auto)
 };
 
 class Session {
@@ -112,10 +120,16 @@ class Session {
   // How many of `prompt`'s tokens the next generate() would reuse instead of prefilling.
   int64_t reusable(std::span<const int32_t> prompt) const;
   int64_t n_ctx() const { return state_.n_ctx(); }
+  spec::Speculator& speculator() { return speculator_; }
+  // The model state (what tokens() lists), for inspection.
+  const model::State& state() const { return state_; }
 
  private:
   friend class SequenceRun;  // sequence_run.h: the same generation, one window at a time
 
+  // generate() after its checks; a throw leaves the state half-advanced (generate resets it).
+  GenerateResult run(std::span<const int32_t> prompt, const GenerateParams& params,
+                     const PieceFn& on_piece);
   // Brings the state to hold prompt[0, n) for the largest n it can reuse, n < prompt.size().
   int64_t reuse_prefix(std::span<const int32_t> prompt);
   // Where this prompt's prefill copies the state (GenerateParams::snapshot_at); -1: nowhere.
@@ -131,6 +145,7 @@ class Session {
   std::optional<model::State> snapshot_;
   int64_t snapshot_len_ = 0;
   std::vector<int32_t> end_ids_;
+  spec::Speculator speculator_;
 };
 
 }  // namespace strata::decode

@@ -156,6 +156,9 @@ void JsonConstraint::walk(const Stack& base, bool quotes_only, int64_t limit) co
       s = slots_[d - 1];
       std::vector<Stack>& forks = forks_[d];
       forks.clear();
+      if (++steps_ > grammar_.limits.max_mask_steps)
+        fail("json constraint: a mask took more than ", grammar_.limits.max_mask_steps,
+             " automaton steps (the limit); the grammar is too ambiguous to enforce");
       if (!automaton_.step(s, t.byte[i], forks)) {
         i = t.end[i];
         continue;
@@ -181,6 +184,7 @@ void JsonConstraint::walk(const Stack& base, bool quotes_only, int64_t limit) co
 bool JsonConstraint::mark(int64_t limit) const {
   allowed_.assign((vocab_.size() + 63) / 64, 0);
   best_ = kUnbounded;
+  steps_ = 0;
   if (!finished_) {
     for (const Stack& s : stacks_) {
       uint8_t utf8 = 0;

@@ -130,6 +130,7 @@ class JsonConstraint {
   mutable uint32_t best_ = 0;
   mutable std::vector<Stack> slots_;
   mutable std::vector<std::vector<Stack>> forks_;
+  mutable uint64_t steps_ = 0;  // automaton steps of the current apply()
 };
 
 }  // namespace strata::decode

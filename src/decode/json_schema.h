@@ -64,12 +64,21 @@ struct Envelope {
   uint32_t max_values = 1;
 };
 
+// Bounds on what a request may make the automaton do; compiling a grammar past one of the first
+// three is a strata::Error naming it (the server answers 400).
 struct GrammarLimits {
   // Whitespace between two tokens of the document: "", " ", or "\n" and at most max_indent
   // spaces or tabs (at most 200); compact allows only "" and " ".
   uint32_t max_indent = 20;
   bool compact = false;
   uint32_t max_depth = 32;       // deepest nesting of objects and arrays (the root counts as 1)
+  uint32_t max_nodes = 16384;    // schema nodes (automaton states) after compiling
+  // Parses that could be alive at once: anyOf alternatives that begin with the same byte all
+  // start, and nested ones multiply. Bounds the work of a mask (JsonConstraint::apply).
+  uint32_t max_parses = 1024;
+  // Automaton steps one mask may take, a backstop on time: past it the mask throws
+  // strata::Error and the generation fails instead of running on.
+  uint64_t max_mask_steps = 50'000'000;
 };
 
 class JsonGrammar {

@@ -1,5 +1,6 @@
 // JSON Schema (the subset in docs/CONSTRAINED.md) -> JsonGrammar nodes.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
@@ -46,6 +47,9 @@ class Builder {
   explicit Builder(JsonGrammar& g) : g_(g) {}
 
   uint32_t add(SchemaNode node) {
+    if (g_.nodes.size() >= g_.limits.max_nodes)
+      fail("json_schema: the schema compiles to more than ", g_.limits.max_nodes,
+           " automaton states (the limit); simplify it");
     g_.nodes.push_back(std::move(node));
     return uint32_t(g_.nodes.size() - 1);
   }
@@ -436,6 +440,59 @@ void compute_heights(JsonGrammar& g) {
   }
 }
 
+// The first bytes a value of `node` (not a union) can begin with.
+std::vector<uint8_t> first_bytes(const JsonGrammar& g, const SchemaNode& n) {
+  switch (n.kind) {
+    case SchemaNode::Kind::Object: return {'{'};
+    case SchemaNode::Kind::Array: return {'['};
+    case SchemaNode::Kind::String: return {'"'};
+    case SchemaNode::Kind::Number: return {'-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'};
+    case SchemaNode::Kind::Literal: {
+      std::vector<uint8_t> out;
+      for (const auto& t : g.literals[n.literal])
+        if (!t.empty()) out.push_back(uint8_t(t[0]));
+      std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+      return out;
+    }
+    case SchemaNode::Kind::Union: return {};
+  }
+  return {};
+}
+
+// An upper bound on the parses a value of the root can keep alive at once. A union opening with
+// byte c starts every alternative that begins with c, each of which may split further; an
+// object or array has one value open at a time. Computed for each nesting depth up to the limit
+// (recursive $refs are cycles), saturating just past `cap`.
+uint64_t parse_bound(const JsonGrammar& g, uint64_t cap) {
+  const size_t n = g.nodes.size();
+  std::vector<uint64_t> below(n, 1), here(n, 1);
+  for (uint32_t depth = 1; depth <= g.limits.max_depth; ++depth) {
+    // Non-unions first: their children's bounds are those one level down (`below`).
+    for (size_t i = 0; i < n; ++i) {
+      const SchemaNode& node = g.nodes[i];
+      uint64_t p = 1;
+      if (node.kind == SchemaNode::Kind::Array) p = std::max(p, below[node.items]);
+      if (node.kind == SchemaNode::Kind::Object) {
+        for (uint32_t v : node.values) p = std::max(p, below[v]);
+        if (node.free_keys) p = std::max(p, below[node.free_value]);
+      }
+      here[i] = p;
+    }
+    // Unions (flattened: their alternatives are never unions) sum per first byte.
+    for (size_t i = 0; i < n; ++i) {
+      const SchemaNode& node = g.nodes[i];
+      if (node.kind != SchemaNode::Kind::Union) continue;
+      std::array<uint64_t, 256> by_byte{};
+      for (uint32_t a : node.alternatives)
+        for (uint8_t c : first_bytes(g, g.nodes[a])) by_byte[c] = std::min(cap + 1, by_byte[c] + here[a]);
+      here[i] = std::max<uint64_t>(1, *std::max_element(by_byte.begin(), by_byte.end()));
+    }
+    std::swap(below, here);
+  }
+  return below[g.root];
+}
+
 void finish(JsonGrammar& g, Builder& b, const std::string& what) {
   if (g.limits.max_indent > 200) fail(what, ": max_indent ", g.limits.max_indent, " is above 200");
   g.free_string = b.free_string();
@@ -445,6 +502,11 @@ void finish(JsonGrammar& g, Builder& b, const std::string& what) {
   if (h == kUnbounded) fail(what, ": no finite JSON value satisfies the schema");
   if (h + 1 > g.limits.max_depth)
     fail(what, ": the schema nests ", h, " levels deep, more than the limit of ", g.limits.max_depth - 1);
+  const uint64_t parses = parse_bound(g, g.limits.max_parses);
+  if (parses > g.limits.max_parses)
+    fail(what, ": anyOf/oneOf alternatives that begin alike could keep more than ",
+         g.limits.max_parses, " parses alive at once (the limit); make the alternatives differ in "
+         "their first byte or nest fewer of them");
 }
 
 }  // namespace

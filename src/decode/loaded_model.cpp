@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "chat/chat.h"
+#include "decode/device.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
 
@@ -11,7 +12,10 @@ namespace strata::decode {
 LoadedModel::LoadedModel(const LoadOptions& options) : path_(options.path), ctx_(options.ctx) {
   if (!std::filesystem::exists(path_)) fail("model file '", path_, "' does not exist");
   if (ctx_ < 1) fail("--ctx: ", ctx_, " must be at least 1");
-  backend_ = std::make_unique<backend::CpuBackend>(options.threads);
+  decode::OpenedBackend opened =
+      open_backend(parse_device(options.device), options.threads, path_, options.experts);
+  backend_ = std::move(opened.backend);
+  device_description_ = std::move(opened.description);
   model_ = model::Model::load(path_, *backend_, options.experts);
   if (ctx_ > model_->config().n_ctx)
     fail("--ctx: ", ctx_, " exceeds the model's context of ", model_->config().n_ctx);

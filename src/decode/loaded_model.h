@@ -1,6 +1,6 @@
-// A model ready to generate from: the CPU backend, the weights, the tokenizer from the file's
+// A model ready to generate from: the compute backend (decode/device.h), the weights, the tokenizer from the file's
 // metadata and its chat template parsed once. `strata run` and `strata serve` both start here,
-// so the flags they share (model path, threads, context) are checked in one place.
+// so the flags they share (model path, device, threads, context) are checked in one place.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/backend.h"
 #include "chat/template.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -20,7 +20,8 @@ namespace strata::decode {
 
 struct LoadOptions {
   std::string path;
-  int threads = 0;     // 0: one per hardware thread
+  std::string device = "auto";  // --device: cpu, cuda, cuda:N or auto
+  int threads = 0;     // CPU backend threads; 0: one per hardware thread
   int64_t ctx = 4096;  // context positions a session gets
   experts::SourceOptions experts;  // where the routed experts come from (docs/EXPERT_CACHE.md)
   std::string chat_template{};     // a Jinja chat template to use instead of the file's; empty: the file's
@@ -36,6 +37,8 @@ class LoadedModel {
   const model::Model& model() const { return *model_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::string& path() const { return path_; }
+  // "cpu (2 threads)", "cuda:0 (NVIDIA H200, ...)": what runs the model, for the start-up line.
+  const std::string& device_description() const { return device_description_; }
   int64_t ctx() const { return ctx_; }
 
   bool has_chat_template() const { return template_.has_value(); }
@@ -53,7 +56,8 @@ class LoadedModel {
  private:
   std::string path_;
   int64_t ctx_;
-  std::unique_ptr<backend::CpuBackend> backend_;
+  std::unique_ptr<backend::Backend> backend_;
+  std::string device_description_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::optional<chat::Template> template_;

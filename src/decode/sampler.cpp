@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace strata::decode {
 
@@ -30,7 +31,7 @@ int32_t argmax(std::span<const float> logits) {
 }
 
 Sampler::Sampler(const SamplingParams& params, int64_t n_vocab)
-    : params_(params), n_vocab_(n_vocab), rng_(params.seed) {
+    : params_(params), n_vocab_(n_vocab) {
   params_.validate();
   if (n_vocab <= 0) fail("sampling: vocabulary is empty");
 }
@@ -54,6 +55,16 @@ void Sampler::apply_penalties(std::span<const int32_t> history) {
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  return choose(logits, history, draws_++);
+}
+
+int32_t Sampler::sample_at(std::span<const float> logits, std::span<const int32_t> history,
+                           uint64_t position) {
+  return choose(logits, history, position);
+}
+
+int32_t Sampler::choose(std::span<const float> logits, std::span<const int32_t> history,
+                        uint64_t counter) {
   if (int64_t(logits.size()) != n_vocab_)
     fail("sampling: got ", logits.size(), " logits for a vocabulary of ", n_vocab_);
   candidates_.resize(size_t(n_vocab_));
@@ -108,13 +119,13 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     probs_.resize(n);
     candidates_.resize(n);
   }
-  return draw();
+  return draw(counter_uniform(params_.seed, counter));
 }
 
-int32_t Sampler::draw() {
+int32_t Sampler::draw(float uniform) {
   double total = 0;
   for (float p : probs_) total += p;
-  const double u = double(rng_.uniform()) * total;
+  const double u = double(uniform) * total;
   double cum = 0;
   for (size_t i = 0; i < probs_.size(); ++i) {
     cum += probs_[i];

@@ -9,7 +9,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "util/rng.h"
 
 namespace strata::decode {
 
@@ -33,8 +32,15 @@ class Sampler {
   Sampler(const SamplingParams& params, int64_t n_vocab);
 
   // Picks the next token. `logits` has n_vocab entries; `history` holds the tokens so far
-  // (prompt and output), which the penalties read.
+  // (prompt and output), which the penalties read. Each call draws the next random number of the
+  // seed's stream.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // The same with the random number keyed by `position` (counter_uniform(seed, position)), so the
+  // token chosen for a position is the same whether or not other positions were sampled in
+  // between: generation passes the token's position, and speculative verification re-samples
+  // drafted positions with the numbers plain decoding would use.
+  int32_t sample_at(std::span<const float> logits, std::span<const int32_t> history,
+                    uint64_t position);
 
   const SamplingParams& params() const { return params_; }
 
@@ -44,11 +50,12 @@ class Sampler {
     float logit;
   };
   void apply_penalties(std::span<const int32_t> history);
-  int32_t draw();
+  int32_t choose(std::span<const float> logits, std::span<const int32_t> history, uint64_t counter);
+  int32_t draw(float uniform);
 
   SamplingParams params_;
   int64_t n_vocab_;
-  Rng rng_;
+  uint64_t draws_ = 0;  // sample()'s counter
   std::vector<Candidate> candidates_;
   std::vector<float> probs_;
   std::unordered_map<int32_t, int32_t> counts_;

@@ -25,6 +25,7 @@ SequenceRun::SequenceRun(Session& session, std::span<const int32_t> prompt, Gene
       stops_(params_.stop),
       history_(prompt.begin(), prompt.end()) {
   params_.validate();
+  if (!params_.forced.empty()) strata::fail("generate: a forced continuation needs Session::generate");
   if (prompt_.empty()) strata::fail("generate: the prompt is empty");
   const int64_t n = int64_t(prompt_.size());
   if (n > session_.n_ctx()) strata::fail("the prompt has ", n, " tokens, more than the context of ", session_.n_ctx());
@@ -69,6 +70,7 @@ void SequenceRun::take(std::span<const float> logits) {
     } else {
       session_.tokens_.push_back(last_);
       ++result_.telemetry.decode_steps;
+      ++result_.telemetry.decode_tokens;
     }
     sample(logits);
   } catch (const std::exception& e) {
@@ -82,7 +84,8 @@ void SequenceRun::sample(std::span<const float> logits) {
   if (params_.should_stop && params_.should_stop()) return finish(FinishReason::Cancelled);
   std::vector<float> row(logits.begin(), logits.end());
   if (params_.logits_filter) params_.logits_filter(row);
-  const int32_t id = sampler_.sample(row, history_);
+  // Keyed by the position, as Session::generate draws.
+  const int32_t id = sampler_.sample_at(row, history_, history_.size());
   if (session_.is_end(id)) return finish(FinishReason::Eos);
   result_.tokens.push_back(id);
   history_.push_back(id);
@@ -127,6 +130,8 @@ void SequenceRun::finish(FinishReason reason) {
 void SequenceRun::fail(const std::string& error) {
   error_ = error;
   phase_ = Phase::Done;
+  // A failed window may have advanced the state partway (as Session::generate, start afresh).
+  session_.reset();
 }
 
 }  // namespace strata::decode

@@ -1,5 +1,5 @@
 // The expert arena: a fixed byte budget of host memory cut into equal slots, each able to hold
-// one pack record, and the bookkeeping of which (layer, expert) sits in which slot (DESIGN.md,
+// one pack record, and the bookkeeping of which (layer, expert) sits in which slot (docs/DESIGN.md,
 // "Expert arena, tiers and I/O"; docs/EXPERT_CACHE.md).
 //
 // - smap[layer][expert] = slot or kMiss: the table the kernels' weights are built from.

@@ -251,6 +251,7 @@ struct ExpertReader::Impl {
     } catch (const std::exception&) {
     }
     if (!io) io = make_pread_io();
+    if (opt.wrap) io = opt.wrap(std::move(io));
     std::vector<PieceRef> mine;
     std::vector<std::shared_ptr<Request>> landed;
     std::unique_lock lock(mu);

@@ -1,5 +1,5 @@
 // ExpertReader: the I/O pool that brings pack records into caller memory (the expert arena or its
-// staging buffers; DESIGN.md, "Expert arena, tiers and I/O").
+// staging buffers; docs/DESIGN.md, "Expert arena, tiers and I/O").
 //
 // - Reader threads (default 8), of which `urgent_threads` (default 2) serve only urgent requests,
 //   so a miss never queues behind read-ahead. Urgent requests go before read-ahead ones.
@@ -51,6 +51,8 @@ class FileIo {
   virtual ssize_t pread(int fd, void* dst, size_t length, uint64_t offset);
 };
 using FileIoFactory = std::function<std::unique_ptr<FileIo>()>;
+// Wraps each reader thread's FileIo, whichever backend it is (fault injection: io_fault.h).
+using FileIoWrapper = std::function<std::unique_ptr<FileIo>(std::unique_ptr<FileIo>)>;
 
 // Plain pread(2).
 std::unique_ptr<FileIo> make_pread_io();
@@ -71,6 +73,7 @@ struct ReaderOptions {
   unsigned batch = 4;                   // pieces one thread takes (and io_uring submits) at once
   int max_retries = 3;                  // per piece (EIO, short read) and per record (checksum)
   FileIoFactory io;                     // overrides `backend` (tests)
+  FileIoWrapper wrap;                   // applied to every thread's FileIo (fault injection)
 };
 
 // Counters since construction; GB/s = bytes / busy_seconds.

@@ -31,6 +31,10 @@ class MappedSource : public ExpertSource {
     }
   }
 
+  std::span<const backend::ExpertWeights> all_resident(int il) const override {
+    return layers_.at(size_t(il));
+  }
+
   void layer(int il, const backend::Routing& routing, const GroupFn& fn) override {
     ids_.assign(routing.experts.begin(), routing.experts.end());
     std::sort(ids_.begin(), ids_.end());
@@ -102,6 +106,7 @@ OpenedSource streamed(std::unique_ptr<Pack> pack, uint64_t trunk_bytes, const So
   so.budget_bytes =
       o.budget_bytes.value_or(std::max(default_expert_budget(trunk_bytes), kMinDefaultBudget));
   so.read_ahead = o.read_ahead;
+  so.reader.wrap = o.io_wrapper;
   const std::string path = pack->path();
   auto source = std::make_unique<StreamingSource>(std::move(pack), so);
   const Arena& a = source->arena();

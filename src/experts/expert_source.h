@@ -1,6 +1,7 @@
 // Where a layer's routed experts come from. The forward pass reaches expert weights only through
 // this interface: the file-mapped stacks when everything fits in memory, or the streaming expert
-// cache (arena slots filled from the .experts pack, streaming_source.h; DESIGN.md, "Expert arena").
+// cache (arena slots filled from the .experts pack, streaming_source.h;
+// docs/DESIGN.md, "Expert arena, tiers and I/O").
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "experts/expert_reader.h"
 
 namespace strata::gguf {
 class Reader;
@@ -67,6 +69,10 @@ class ExpertSource {
   virtual void begin_window() {}
   virtual void end_window() {}
 
+  // Every expert of `layer`, indexed by id, when all of them are always resident (nothing to
+  // fetch, so the forward pass need not show the routing to the host); empty otherwise.
+  virtual std::span<const backend::ExpertWeights> all_resident(int /*layer*/) const { return {}; }
+
   // Makes the experts `routing` names at `layer` resident (a cache waits for misses here: the
   // handshake) and hands them to `fn`: in one group when they fit at once, else in several, each
   // expert in exactly one group. Throws strata::Error when a record cannot be read.
@@ -102,6 +108,7 @@ struct SourceOptions {
   std::string pack;                      // --pack; empty: the GGUF's strata.experts.pack or
                                          // MODEL.gguf.experts
   bool read_ahead = true;                // --read-ahead
+  FileIoWrapper io_wrapper;              // wraps the pack reader's I/O (fault injection)
 };
 
 struct OpenedSource {

@@ -1,6 +1,6 @@
 // The `.experts` pack: every routed expert of a model as one contiguous, 4 KiB-aligned record per
 // (layer, expert) holding its gate|up|down matrices, so one O_DIRECT read fetches one expert
-// (DESIGN.md, "Files"). docs/PACK.md describes the format byte by byte.
+// (docs/DESIGN.md, "Files"). docs/PACK.md describes the format byte by byte.
 //
 // Pack: opens and validates a pack (header, per-layer layouts, the record index) up front, so code
 // holding a Pack may trust every offset, length and shape it returns. Any problem is one

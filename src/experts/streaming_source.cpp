@@ -96,6 +96,7 @@ StreamingSource::StreamingSource(std::vector<Layout> layouts, int n_experts,
                                                   n_slots, o.reserve.value_or(n_slots / 32)});
   io_ = std::move(io);
   pending_.assign(n_slots, 0);
+  unseen_.assign(n_slots, 0);
   settle_fn_ = [this](int32_t s) { settle(s); };
   weights_.resize(size_t(n_experts_));
 }
@@ -114,6 +115,7 @@ void StreamingSource::settle(int32_t s) {
   const RecordIo::Id id = pending_[size_t(s)];
   if (id == 0) return;
   pending_[size_t(s)] = 0;
+  unseen_[size_t(s)] = 0;
   if (io_->cancel(id)) return;
   try {
     io_->wait(id);
@@ -123,15 +125,25 @@ void StreamingSource::settle(int32_t s) {
   }
 }
 
-void StreamingSource::finish_read(int32_t s) {
+void StreamingSource::finish_read(int32_t s, int layer, int expert) {
   const RecordIo::Id id = pending_[size_t(s)];
   if (id == 0) return;
   pending_[size_t(s)] = 0;
+  const bool unseen = unseen_[size_t(s)] != 0;
+  unseen_[size_t(s)] = 0;
   const auto start = Clock::now();
   try {
     io_->wait(id);
   } catch (...) {
     stats_.stall_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    if (unseen) {
+      // A read nobody waited for when it failed (a read-ahead, or a read a failed window left
+      // behind): the fault may have cleared or the file been repaired since. Read it again now,
+      // as the miss it has become, and report only that read's failure.
+      pending_[size_t(s)] = io_->submit(layer, expert, arena_->slot_data(s), Priority::Urgent);
+      finish_read(s, layer, expert);
+      return;
+    }
     arena_->drop(s);
     throw;
   }
@@ -141,6 +153,9 @@ void StreamingSource::finish_read(int32_t s) {
 void StreamingSource::begin_window() { guess_layer_ = -1; }
 
 void StreamingSource::end_window() {
+  // Reads still pending past the window (a window that failed midway leaves some) are unseen.
+  for (size_t s = 0; s < pending_.size(); ++s)
+    if (pending_[s] != 0) unseen_[s] = 1;
   arena_->release_holds();
   arena_->end_window(settle_fn_);
   guess_layer_ = -1;
@@ -163,7 +178,7 @@ void StreamingSource::start(int il, std::span<const int32_t> ids) {
 }
 
 void StreamingSource::run(int il, std::span<const int32_t> ids, bool whole, const GroupFn& fn) {
-  for (int32_t e : ids) finish_read(arena_->slot_of(il, e));
+  for (int32_t e : ids) finish_read(arena_->slot_of(il, e), il, e);
   const Layout& layout = layouts_[size_t(il)];
   for (int32_t e : ids)
     weights_[size_t(e)] = layout.weights(arena_->slot_data(arena_->slot_of(il, e)));
@@ -221,8 +236,8 @@ void StreamingSource::layer(int il, const backend::Routing& routing, const Group
     ~Release() { arena.release_holds(); }
   } release{*arena_};
   if (groups.size() == 1 && n_hits > 0 && n_hits < ids.size()) {
-    // Resident first (DESIGN.md, "The decode window"): the misses' reads go out, then the
-    // residents are computed while they land, then the misses.
+    // Resident first (docs/DESIGN.md, "The decode window"): the misses' reads go out, then
+    // the residents are computed while they land, then the misses.
     std::vector<int32_t> hits(order.begin(), order.begin() + ptrdiff_t(n_hits));
     std::vector<int32_t> misses(order.begin() + ptrdiff_t(n_hits), order.end());
     std::sort(hits.begin(), hits.end());
@@ -260,6 +275,7 @@ void StreamingSource::read_ahead(int il, const backend::Routing& guess) {
     const int32_t s = arena_->assign(il, e, settle_fn_);
     if (s == Arena::kMiss) return;
     pending_[size_t(s)] = io_->submit(il, e, arena_->slot_data(s), Priority::ReadAhead);
+    unseen_[size_t(s)] = 1;
     ++stats_.read_ahead_reads;
   }
 }
@@ -274,6 +290,7 @@ size_t StreamingSource::pin(std::span<const ExpertKey> ranked, size_t max_pins) 
   const size_t limit =
       std::min(max_pins, arena_->n_slots() - arena_->reserve() - 1 - arena_->pinned_count());
   std::vector<int32_t> loaded;
+  std::vector<ExpertKey> loaded_keys;
   struct Release {
     Arena& arena;
     ~Release() { arena.release_holds(); }
@@ -292,8 +309,10 @@ size_t StreamingSource::pin(std::span<const ExpertKey> ranked, size_t max_pins) 
     }
     arena_->hold(s);
     loaded.push_back(s);
+    loaded_keys.push_back(k);
   }
-  for (int32_t s : loaded) finish_read(s);
+  for (size_t i = 0; i < loaded.size(); ++i)
+    finish_read(loaded[i], loaded_keys[i].layer, loaded_keys[i].expert);
   for (int32_t s : loaded) arena_->pin(s);
   return loaded.size();
 }

@@ -87,8 +87,10 @@ class StreamingSource : public ExpertSource {
 
  private:
   void settle(int32_t slot);
-  // Waits for the slot's read, if any; a failed read leaves the slot empty and throws.
-  void finish_read(int32_t slot);
+  // Waits for the slot's read, if any; a failed read leaves the slot empty and throws. A failed
+  // read that nobody waited for in its own window (a read-ahead, or one a failed window left
+  // behind) is read again first: its failure may be windows old.
+  void finish_read(int32_t slot, int layer, int expert);
   // Holds `ids` of `layer`, giving each miss a slot and an urgent read.
   void start(int layer, std::span<const int32_t> ids);
   // Waits for their reads and hands them to fn as one group.
@@ -101,6 +103,7 @@ class StreamingSource : public ExpertSource {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<RecordIo> io_;  // destroyed first: its reads into the arena end before it goes
   std::vector<RecordIo::Id> pending_;  // per slot: the read still writing into it, or 0
+  std::vector<uint8_t> unseen_;        // per slot: that read's failure would reach nobody yet
   Arena::Settle settle_fn_;
   std::vector<backend::ExpertWeights> weights_;  // n_experts, the current group's filled in
   std::vector<int32_t> guess_;                   // the last read-ahead guess, ascending ids

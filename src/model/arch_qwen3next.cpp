@@ -84,6 +84,9 @@ std::vector<TensorSpec> qwen3next_tensors(const ModelConfig& c) {
       l.blk("nextn.eh_proj.weight", {2 * n, n}, Role::Trunk, TypeClass::Trunk, Init::Matrix);
       l.blk("nextn.enorm.weight", {n}, Role::Trunk, TypeClass::Vector, Init::Norm);
       l.blk("nextn.hnorm.weight", {n}, Role::Trunk, TypeClass::Vector, Init::Norm);
+      // The head's final norm (checkpoint mtp.norm) before the shared LM head; optional in
+      // llama.cpp, and older strata files lack it (the head then uses output_norm).
+      l.blk("nextn.shared_head_norm.weight", {n}, Role::Trunk, TypeClass::Vector, Init::Norm, false);
     }
   }
   return l.take();

@@ -1,6 +1,7 @@
 #include "model/forward_common.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "util/error.h"
 
@@ -11,9 +12,21 @@ Tensor Scratch::operator()(int64_t rows, int64_t cols) {
   return owned_.back();
 }
 
+backend::Ids Scratch::ids(int64_t rows, int64_t cols) {
+  owned_ids_.push_back(be_.alloc_ids(rows, cols));
+  return owned_ids_.back();
+}
+
+backend::Ids Scratch::ids(std::span<const int32_t> host, int64_t rows, int64_t cols) {
+  owned_ids_.push_back(backend::make_ids(be_, host, rows, cols));
+  return owned_ids_.back();
+}
+
 void Scratch::clear() {
   for (const Tensor& t : owned_) be_.release(t);
+  for (const backend::Ids& t : owned_ids_) be_.release_ids(t);
   owned_.clear();
+  owned_ids_.clear();
 }
 
 void Window::dump(const char* name, int64_t il, const Tensor& t) {
@@ -33,6 +46,7 @@ Tensor per_sequence(Window& w, const Tensor& x, const SequencePart& part) {
                w.tokens.subspan(size_t(s.first), size_t(s.rows)), s.rows, w.renormalize_topk, kNoDump,
                Scratch(w.be)};
     seq.route = w.route;
+    seq.positions = w.positions.rows_view(s.first, s.rows);
     const Tensor r = part(seq, x.rows_view(s.first, s.rows));
     if (!out.data) out = w.tmp(w.T, r.cols);
     w.be.copy(r, out.rows_view(s.first, s.rows));
@@ -66,7 +80,42 @@ void guess_next_layer(Window& w, int64_t il, const Tensor& x) {
   if (!present(next.ffn_gate_inp)) return;
   Tensor logits = w.tmp(w.T, w.c.n_expert);
   w.be.matmul(next.ffn_gate_inp, x, logits);
-  w.experts.read_ahead(int(il + 1), w.be.route_softmax_topk(logits, w.c.n_expert_used, false));
+  backend::Ids ids = w.tmp.ids(w.T, w.c.n_expert_used);
+  Tensor weights = w.tmp(w.T, w.c.n_expert_used);
+  w.be.route_softmax_topk(logits, false, ids, weights);
+  w.experts.read_ahead(int(il + 1), backend::download_routing(w.be, ids, weights));
+}
+
+// The routed experts: y = sum over rank j of weights[r, j] * FFN_{ids[r, j]}(x[r]). When every
+// expert is resident the routing stays in backend memory; otherwise the expert cache learns the
+// ids, fetches what is missing and hands the experts over in one or several groups, computed
+// into per-pair outputs combined afterwards (bitwise the one-step result).
+void routed_experts(Window& w, int64_t il, const Tensor& x, const backend::Ids& ids,
+                    const Tensor& weights, const backend::Routing* host, Tensor y) {
+  backend::Backend& be = w.be;
+  const std::span<const backend::ExpertWeights> resident = w.experts.all_resident(int(il));
+  if (!resident.empty() && !w.experts.wants_read_ahead()) {
+    be.moe_experts(x, ids, weights, resident, y);
+    return;
+  }
+  const backend::Routing routing = host ? *host : backend::download_routing(be, ids, weights);
+  Tensor pair_out;
+  bool first = true;
+  w.experts.layer(int(il), routing, [&](const experts::ExpertGroup& g) {
+    if (first) guess_next_layer(w, il, x);
+    first = false;
+    if (g.whole) {
+      be.moe_experts(x, ids, weights, g.weights, y);
+      return;
+    }
+    if (!pair_out.data) pair_out = w.tmp(w.T * routing.top_k, w.c.n_embd);
+    std::vector<int64_t> pairs;
+    for (size_t p = 0; p < routing.experts.size(); ++p)
+      if (std::binary_search(g.ids.begin(), g.ids.end(), routing.experts[p]))
+        pairs.push_back(int64_t(p));
+    be.moe_expert_outputs(x, ids, pairs, g.weights, pair_out);
+  });
+  if (pair_out.data) be.moe_combine(weights, pair_out, y);
 }
 
 }  // namespace
@@ -77,29 +126,16 @@ Tensor moe(Window& w, int64_t il, const Tensor& x) {
   Tensor logits = w.tmp(w.T, w.c.n_expert);
   be.matmul(L.ffn_gate_inp, x, logits);  // router_logits = F.linear(hidden_states, self.weight)
   // softmax, topk, and `router_top_value /= sum` when norm_topk_prob
-  const backend::Routing routing =
-      w.route ? w.route->route(be, w.experts, int(il), logits, w.T)
-              : be.route_softmax_topk(logits, w.c.n_expert_used, w.renormalize_topk);
+  backend::Ids ids = w.tmp.ids(w.T, w.c.n_expert_used);
+  Tensor weights = w.tmp(w.T, w.c.n_expert_used);
+  be.route_softmax_topk(logits, w.renormalize_topk, ids, weights);
+  std::optional<backend::Routing> controlled;
+  if (w.route) {
+    controlled = w.route->route(be, w.experts, int(il), logits, ids, weights);
+    backend::upload_routing(be, *controlled, ids, weights);
+  }
   Tensor y = w.tmp(w.T, w.c.n_embd);  // zeros
-  // self.experts(...): in one step when the layer's experts are resident together, else one
-  // group at a time into per-pair outputs combined afterwards (bitwise the one-step result).
-  Tensor pair_out;
-  bool first = true;
-  w.experts.layer(int(il), routing, [&](const experts::ExpertGroup& g) {
-    if (first) guess_next_layer(w, il, x);
-    first = false;
-    if (g.whole) {
-      be.moe_experts(x, routing, g.weights, y);
-      return;
-    }
-    if (!pair_out.data) pair_out = w.tmp(w.T * routing.top_k, w.c.n_embd);
-    std::vector<int64_t> pairs;
-    for (size_t p = 0; p < routing.experts.size(); ++p)
-      if (std::binary_search(g.ids.begin(), g.ids.end(), routing.experts[p]))
-        pairs.push_back(int64_t(p));
-    be.moe_expert_outputs(x, routing, pairs, g.weights, pair_out);
-  });
-  if (pair_out.data) be.moe_combine(routing, pair_out, y);
+  routed_experts(w, il, x, ids, weights, controlled ? &*controlled : nullptr, y);  // self.experts(...)
   if (!present(L.ffn_gate_shexp)) return y;
   // shared_expert_output = self.shared_expert(hidden_states)
   Tensor gate = w.tmp(w.T, w.c.n_ff_shexp), up = w.tmp(w.T, w.c.n_ff_shexp);

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "experts/expert_source.h"
 #include "model/config.h"
+#include "model/journal.h"
 #include "model/model.h"
 #include "model/route_control.h"
 #include "model/state.h"
@@ -28,11 +29,15 @@ class Scratch {
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   Tensor operator()(int64_t rows, int64_t cols);
+  backend::Ids ids(int64_t rows, int64_t cols);
+  // ids [rows, cols] holding `host`.
+  backend::Ids ids(std::span<const int32_t> host, int64_t rows, int64_t cols);
   void clear();
 
  private:
   backend::Backend& be_;
   std::vector<Tensor> owned_;
+  std::vector<backend::Ids> owned_ids_;
 };
 
 // One sequence's rows in a window that holds several (Model::forward_batch): rows
@@ -50,13 +55,15 @@ struct Window {
   const Weights& w;
   experts::ExpertSource& experts;
   State& state;
-  std::vector<int32_t> pos;  // the rows' positions: n_past, n_past + 1, ...
-  std::span<const int32_t> tokens;  // the rows' token ids (PLE hashes them)
+  std::vector<int32_t> pos;  // the rows' positions on the host: n_past, n_past + 1, ...
+  std::span<const int32_t> tokens;  // the rows' token ids on the host (PLE hashes them)
   int64_t T;
   bool renormalize_topk;  // router: renormalise the top-k weights to sum 1
   const DumpFn& dump_fn;
   Scratch tmp;
   RouteControl* route = nullptr;  // trace, recording, cache-conditional routing; null: exact
+  backend::Ids positions = {};  // pos in backend memory, [T, 1], uploaded once per window
+  Journal* journal = nullptr;     // a speculative window: what a rollback needs (journal.h)
   std::vector<WindowSequence> sequences{};  // empty: one sequence, `state`
 
   // Hands t to the dump callback as "name-il" (il < 0: "name"), when one is set.
@@ -72,6 +79,11 @@ void qwen4exp_layer(Window& w, int64_t il, Tensor x);
 // qwen4exp's final hyper-connection mixer: the four streams [rows, hc_dim] -> [rows, n_embd] for
 // the LM head (it stands in for the output norm).
 Tensor qwen4exp_output(Window& w, const Tensor& x);
+// qwen4exp's MTP head around its block (qwen4exp.cpp): the input streams [T, hc_dim] into x from
+// the next tokens' embeddings e [T, n] and the hidden streams [T, hc_dim], and the head's final
+// mixer [rows, hc_dim] -> [rows, n].
+void qwen4exp_mtp_input(Window& w, const LayerWeights& L, const Tensor& e, const Tensor& streams, Tensor x);
+Tensor qwen4exp_mtp_output(Window& w, const LayerWeights& L, const Tensor& x);
 
 // Runs `part` (whatever of a block reads or writes a sequence's state: attention and its KV
 // cache, the DeltaNet, PLE) on each sequence's rows of x in a window of its own, as if that

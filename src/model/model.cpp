@@ -10,6 +10,27 @@
 
 namespace strata::model {
 
+namespace {
+
+uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
+
+// The key under which the backend may record a window as a graph (Backend::begin_window): its
+// row count, logits mode and the state tensors it updates. 0 (no recording) where the sequence
+// of ops depends on more than that: dumps and route controls read activations back mid-window,
+// a streaming expert source decides per layer on the host, and qwen4exp's QSA completes blocks
+// and grows its score width with the position.
+uint64_t window_key(const ModelConfig& c, int64_t T, LogitsMode mode, const State& state,
+                    bool host_in_the_loop) {
+  if (host_in_the_loop || c.arch == Arch::Qwen4Exp) return 0;
+  uint64_t h = mix(mix(0xcbf29ce484222325ull, uint64_t(T)), uint64_t(mode));
+  for (const LayerState& l : state.layers)
+    for (const Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm})
+      h = mix(h, uint64_t(reinterpret_cast<uintptr_t>(t->data)));
+  return h == 0 ? 1 : h;
+}
+
+}  // namespace
+
 Model::Model(std::unique_ptr<gguf::Reader> reader, backend::Backend& backend)
     : reader_(std::move(reader)), backend_(backend) {}
 
@@ -34,21 +55,112 @@ std::unique_ptr<Model> Model::load(const std::string& path, backend::Backend& ba
   return m;
 }
 
-std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state, LogitsMode mode) {
-  const SequenceRows one{tokens, &state, mode};
-  return std::move(forward_batch(std::span(&one, 1)).front());
+int64_t Model::hidden_cols() const {
+  return config_.arch == Arch::Qwen4Exp ? config_.hc_dim() : config_.n_embd;
+}
+
+void Model::rollback(State& state, Journal& journal, int64_t keep) {
+  const int64_t undone = journal.window_rows() - keep;
+  journal.rollback(state, keep);
+  if (route_) route_->rewind(undone);
+}
+
+std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state, LogitsMode mode,
+                                  const ForwardExtras& extras) {
+  const ModelConfig& c = config_;
+  const int64_t T = int64_t(tokens.size());
+  if (T == 0) fail("forward: the window has no tokens");
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= c.n_vocab)
+      fail("token ", tokens[i], " at window row ", i, " is outside the vocabulary (0..",
+           c.n_vocab - 1, ")");
+  if (state.n_past + T > state.n_ctx())
+    fail("context overflow: ", state.n_past, " positions done + ", T,
+         " new exceed the state's context of ", state.n_ctx());
+  if (int64_t(state.layers.size()) != c.n_layer)
+    fail("forward: the state belongs to another model");
+
+  // The expert cache's window boundary, also when the window throws (a record that cannot be
+  // read): limbo retires and no expert stays held.
+  struct WindowScope {
+    experts::ExpertSource& source;
+    explicit WindowScope(experts::ExpertSource& s) : source(s) { source.begin_window(); }
+    ~WindowScope() { source.end_window(); }
+  } window_scope(*experts_);
+  // Speculative windows (journal, hidden rows for the MTP head) read state back mid-window.
+  const bool host_in_the_loop = dump_ || route_ || extras.journal || extras.hidden ||
+                                experts_->all_resident(0).empty() || experts_->wants_read_ahead();
+  struct BackendWindow {
+    backend::Backend& be;
+    bool open = true;
+    BackendWindow(backend::Backend& b, uint64_t key) : be(b) { be.begin_window(key); }
+    ~BackendWindow() {
+      if (open) be.end_window(false);
+    }
+  } backend_window(backend_, window_key(c, T, mode, state, host_in_the_loop));
+  // The window's scratch lives inside the recording: its allocations repeat with its ops.
+  Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
+  w.route = route_.get();
+  w.journal = extras.journal;
+  if (w.journal) w.journal->begin(state, tokens);
+  for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
+  Scratch keep(backend_);
+  w.positions = keep.ids(w.pos, T, 1);
+  const backend::Ids token_ids = keep.ids(tokens, T, 1);
+  // qwen4exp: the residual is hc_count streams, each starting as the embedding
+  // (hidden_states.repeat(1, 1, hc_count)).
+  const bool hc = c.arch == Arch::Qwen4Exp;
+  Tensor x = keep(T, hc ? c.hc_dim() : c.n_embd);
+  backend_.get_rows(weights_.token_embd, token_ids, x.cols_view(0, c.n_embd));  // embed_tokens(input_ids)
+  w.dump("embd", -1, x.cols_view(0, c.n_embd));
+  for (int64_t s = 1; hc && s < c.hc_count; ++s) backend_.copy(x.cols_view(0, c.n_embd), x.cols_view(s * c.n_embd, c.n_embd));
+  const LayerFn layer = layer_function(c.arch);
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    layer(w, il, x);
+    w.dump("layer_out", il, x);
+    w.tmp.clear();
+  }
+  if (route_) route_->end_window(T);
+  if (c.has_ple()) ple_advance_history(state.ple_history, tokens);
+  // Every row's normed state when the MTP head wants them (qwen4exp's head reads the streams
+  // instead), else only the rows with logits.
+  const bool all = mode == LogitsMode::All || (extras.hidden && !hc);
+  const Tensor rows = all ? x : x.rows_view(T - 1, 1);
+  Tensor h;
+  if (hc) {
+    h = qwen4exp_output(w, rows);  // hyper_connection_mixer(hidden_states)
+  } else {
+    h = keep(rows.rows, c.n_embd);
+    backend_.rms_norm(rows, &weights_.output_norm, c.n_embd, float(c.rms_eps), h);  // norm(hidden_states)
+  }
+  if (extras.hidden) {
+    const Tensor& src = hc ? x : h;
+    extras.hidden->resize(size_t(src.rows * src.cols));
+    backend_.download(src, extras.hidden->data());
+  }
+  if (mode == LogitsMode::Last && all) h = h.rows_view(T - 1, 1);
+  w.dump("final_norm", -1, h);
+  Tensor logits = keep(h.rows, c.n_vocab);
+  backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)
+  backend_window.open = false;
+  backend_.end_window(true);
+  std::vector<float> out(size_t(h.rows * c.n_vocab));
+  backend_.download(logits, out.data());
+  state.n_past += T;
+  return out;
 }
 
 std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRows> sequences) {
   const ModelConfig& c = config_;
   if (sequences.empty()) fail("forward: the window has no sequences");
+  // One sequence is a plain window (which a backend may record as a graph).
+  if (sequences.size() == 1) return {forward(sequences[0].tokens, *sequences[0].state, sequences[0].mode)};
   std::vector<int32_t> tokens;
   std::vector<WindowSequence> parts;
   std::vector<int32_t> pos;
   for (size_t i = 0; i < sequences.size(); ++i) {
     const SequenceRows& sq = sequences[i];
-    // Errors name the sequence only when there are several.
-    const std::string who = sequences.size() > 1 ? cat("sequence ", i, ": ") : "";
+    const std::string who = cat("sequence ", i, ": ");
     const int64_t T = int64_t(sq.tokens.size());
     if (T == 0) fail("forward: ", who, "the window has no tokens");
     for (size_t k = 0; k < sq.tokens.size(); ++k)
@@ -68,23 +180,30 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   }
   const int64_t T = int64_t(tokens.size());
 
-  // The expert cache's window boundary, also when the window throws (a record that cannot be
-  // read): limbo retires and no expert stays held.
   struct WindowScope {
     experts::ExpertSource& source;
     explicit WindowScope(experts::ExpertSource& s) : source(s) { source.begin_window(); }
     ~WindowScope() { source.end_window(); }
   } window_scope(*experts_);
+  // Which sequences share a window changes from one to the next: never recorded as a graph.
+  struct BackendWindow {
+    backend::Backend& be;
+    bool open = true;
+    explicit BackendWindow(backend::Backend& b) : be(b) { be.begin_window(0); }
+    ~BackendWindow() {
+      if (open) be.end_window(false);
+    }
+  } backend_window(backend_);
   Window w{backend_, c, weights_, *experts_, *sequences[0].state, std::move(pos), tokens, T, renormalize_topk_, dump_,
            Scratch(backend_)};
   w.route = route_.get();
-  if (parts.size() > 1) w.sequences = parts;
+  w.sequences = parts;
   Scratch keep(backend_);
-  // qwen4exp: the residual is hc_count streams, each starting as the embedding
-  // (hidden_states.repeat(1, 1, hc_count)).
+  w.positions = keep.ids(w.pos, T, 1);
+  const backend::Ids token_ids = keep.ids(tokens, T, 1);
   const bool hc = c.arch == Arch::Qwen4Exp;
   Tensor x = keep(T, hc ? c.hc_dim() : c.n_embd);
-  backend_.get_rows(weights_.token_embd, tokens, x.cols_view(0, c.n_embd));  // embed_tokens(input_ids)
+  backend_.get_rows(weights_.token_embd, token_ids, x.cols_view(0, c.n_embd));  // embed_tokens(input_ids)
   w.dump("embd", -1, x.cols_view(0, c.n_embd));
   for (int64_t s = 1; hc && s < c.hc_count; ++s) backend_.copy(x.cols_view(0, c.n_embd), x.cols_view(s * c.n_embd, c.n_embd));
   const LayerFn layer = layer_function(c.arch);
@@ -95,23 +214,13 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   }
   if (route_) route_->end_window(T);
   // The rows whose logits are wanted, gathered so the head runs once for every sequence.
-  Tensor rows;
   std::vector<int64_t> wanted;  // per sequence: how many rows of `rows` are its
-  if (parts.size() == 1) {
-    rows = sequences[0].mode == LogitsMode::All ? x : x.rows_view(T - 1, 1);
-    wanted.push_back(rows.rows);
-  } else {
-    int64_t n = 0;
-    for (size_t i = 0; i < parts.size(); ++i)
-      n += wanted.emplace_back(sequences[i].mode == LogitsMode::All ? parts[i].rows : 1);
-    rows = keep(n, x.cols);
-    int64_t at = 0;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const int64_t first = parts[i].first + parts[i].rows - wanted[i];
-      backend_.copy(x.rows_view(first, wanted[i]), rows.rows_view(at, wanted[i]));
-      at += wanted[i];
-    }
-  }
+  int64_t n = 0;
+  for (size_t i = 0; i < parts.size(); ++i)
+    n += wanted.emplace_back(sequences[i].mode == LogitsMode::All ? parts[i].rows : 1);
+  Tensor rows = keep(n, x.cols);
+  for (size_t i = 0, at = 0; i < parts.size(); at += size_t(wanted[i]), ++i)
+    backend_.copy(x.rows_view(parts[i].first + parts[i].rows - wanted[i], wanted[i]), rows.rows_view(int64_t(at), wanted[i]));
   Tensor h;
   if (hc) {
     h = qwen4exp_output(w, rows);  // hyper_connection_mixer(hidden_states)
@@ -120,9 +229,11 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
     backend_.rms_norm(rows, &weights_.output_norm, c.n_embd, float(c.rms_eps), h);  // norm(hidden_states)
   }
   w.dump("final_norm", -1, h);
-  Tensor logits = keep(rows.rows, c.n_vocab);
+  Tensor logits = keep(h.rows, c.n_vocab);
   backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)
-  std::vector<float> all(size_t(rows.rows * c.n_vocab));
+  backend_window.open = false;
+  backend_.end_window(true);
+  std::vector<float> all(size_t(h.rows * c.n_vocab));
   backend_.download(logits, all.data());
   std::vector<std::vector<float>> out;
   int64_t at = 0;

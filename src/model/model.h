@@ -1,7 +1,7 @@
 // A loaded model: the GGUF mapping, its config, the trunk weights prepared by the backend, the
 // routed experts behind an ExpertSource, and forward(), which pushes one window of T rows through
-// every layer in one pass (DESIGN.md, "The decode window"). Prefill is the same call with a large
-// T; a T-row window gives bitwise the logits of T one-row windows (DESIGN.md, "Determinism").
+// every layer in one pass (docs/DESIGN.md, "The decode window"). Prefill is the same call with a large
+// T; a T-row window gives bitwise the logits of T one-row windows (docs/DESIGN.md, "Determinism").
 #pragma once
 
 #include <cstdint>
@@ -32,6 +32,17 @@ using DumpFn =
     std::function<void(const std::string& name, const std::vector<float>& rows, int64_t cols)>;
 
 class RouteControl;
+class Journal;
+
+// What a forward() may do besides the logits.
+struct ForwardExtras {
+  // Records what rolling the window back needs (journal.h); Model::rollback undoes rows.
+  Journal* journal = nullptr;
+  // Receives every row's last hidden state, [T, hidden_cols()], as the MTP head reads it:
+  // the output norm's result (qwen3next family), or qwen4exp's hc_count residual streams
+  // before the final mixer.
+  std::vector<float>* hidden = nullptr;
+};
 
 class Model {
  public:
@@ -54,7 +65,28 @@ class Model {
   // Runs tokens at positions state.n_past.. and advances state.n_past. Returns fp32 logits,
   // [T, n_vocab] (All) or [1, n_vocab] of the last row (Last). Throws strata::Error for an empty
   // window, a token outside the vocabulary or a window past the state's context.
-  std::vector<float> forward(std::span<const int32_t> tokens, State& state, LogitsMode mode);
+  std::vector<float> forward(std::span<const int32_t> tokens, State& state, LogitsMode mode,
+                             const ForwardExtras& extras = {});
+
+  // Undoes the last window's rows past its first `keep` (it ran with `journal`): the state then
+  // holds exactly what a window of those `keep` rows would have left, bitwise, and a routing
+  // trace being replayed rewinds with it. Throws strata::Error for a mismatched journal.
+  void rollback(State& state, Journal& journal, int64_t keep);
+
+  // Columns of ForwardExtras::hidden.
+  int64_t hidden_cols() const;
+
+  // The MTP head (mtp.cpp; docs/SPECULATION.md, "The MTP head"): the block after the trunk with
+  // its own KV cache (an MTP state). Row t joins hidden[t] (the hidden state of position
+  // state.n_past + t, as ForwardExtras::hidden gives it, or a previous head step's *hidden_out
+  // row) with tokens[t], the token that followed that position, and predicts the token after
+  // tokens[t]. Returns logits [T or 1, n_vocab]; *hidden_out receives every row's output hidden
+  // state [T, hidden_cols()] for a chained next step. Throws strata::Error when the model has no
+  // MTP block, for a bad hidden size or a window past the state's context.
+  bool has_mtp() const { return config_.n_mtp > 0; }
+  State new_mtp_state(int64_t n_ctx) const { return State(backend_, config_, n_ctx, State::Kind::Mtp); }
+  std::vector<float> mtp_forward(std::span<const int32_t> tokens, std::span<const float> hidden,
+                                 State& state, LogitsMode mode, std::vector<float>* hidden_out);
 
   // One sequence's part of a shared window.
   struct SequenceRows {

@@ -56,13 +56,15 @@ Tensor ple_layer(Window& w, int64_t il, const Tensor& x) {
   const int64_t k = c.ple_index(il), n = c.n_embd, hc = c.hc_count, heads = c.ple_heads(), hd = c.ple_head_dim();
 
   // embeddings = self.ple_embedding(input_ids): one table row per n-gram head, side by side.
+  // The ids are known from the window's tokens alone: hashed on the host, uploaded head-major.
   const std::vector<int32_t> ids = ple_ngram_ids(c, k, w.state.ple_history, w.tokens);
+  std::vector<int32_t> head_major(ids.size());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t t = 0; t < w.T; ++t) head_major[size_t(h * w.T + t)] = ids[size_t(t * heads + h)];
+  const backend::Ids head_ids = w.tmp.ids(head_major, heads, w.T);
   Tensor emb = w.tmp(w.T, heads * hd);
-  std::vector<int32_t> head_ids(size_t(w.T));
-  for (int64_t h = 0; h < heads; ++h) {
-    for (int64_t t = 0; t < w.T; ++t) head_ids[size_t(t)] = ids[size_t(t * heads + h)];
-    be.get_rows(w.w.ple_tables[size_t(k)], head_ids, emb.cols_view(h * hd, hd));
-  }
+  for (int64_t h = 0; h < heads; ++h)
+    be.get_rows(w.w.ple_tables[size_t(k)], head_ids.rows_view(h, 1), emb.cols_view(h * hd, hd));
   Tensor key = w.tmp(w.T, c.hc_dim()), value = w.tmp(w.T, n);
   be.matmul(L.ple_key, emb, key);
   const Tensor key_normed = norm_streams(w, key, L.ple_norm_key);  // norm_key(key_proj(embeddings))
@@ -78,6 +80,7 @@ Tensor ple_layer(Window& w, int64_t il, const Tensor& x) {
   // _short_conv: silu(depthwise conv, kernel ple_conv, dilation ngram_size) over the previous
   // inputs (the state) and the window's
   Tensor out = w.tmp(w.T, c.hc_dim());
+  if (w.journal) w.journal->conv(st.ple_conv, gated_normed, L.ple_conv1d, c.ple_ngram);
   be.conv1d_dilated_silu(gated_normed, st.ple_conv, L.ple_conv1d, c.ple_ngram, out);
   be.add(gated, out, out);  // gated_value + self._short_conv(gated_value_normed, ...)
   return out;

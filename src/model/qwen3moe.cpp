@@ -24,11 +24,11 @@ Tensor attention(Window& w, int64_t il, const Tensor& x) {
   be.matmul(L.attn_k, x, k);
   be.rms_norm(k, &L.attn_k_norm, d, eps, k);  // k_norm(k_proj(hidden_states).view(hidden_shape))
   be.matmul(L.attn_v, x, v);                  // v_proj(hidden_states)
-  be.rope_neox(q, w.pos, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
-  be.rope_neox(k, w.pos, d, c.rope_dim, float(c.rope_theta));
-  be.kv_write(st.k_cache, st.v_cache, k, v, w.pos);  // past_key_values.update
+  be.rope_neox(q, w.positions, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
+  be.rope_neox(k, w.positions, d, c.rope_dim, float(c.rope_theta));
+  be.kv_write(st.k_cache, st.v_cache, k, v, w.positions);  // past_key_values.update
   Tensor o = w.tmp(w.T, h * d);
-  be.attention(q, st.k_cache, st.v_cache, w.pos, h, g, d, 1.0f / std::sqrt(float(d)),
+  be.attention(q, st.k_cache, st.v_cache, w.positions, h, g, d, 1.0f / std::sqrt(float(d)),
                o);  // scaling
   Tensor out = w.tmp(w.T, c.n_embd);
   be.matmul(L.attn_output, o, out);  // o_proj(attn_output)

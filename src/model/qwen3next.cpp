@@ -24,7 +24,7 @@ Tensor gated_attention(Window& w, int64_t il, const Tensor& x) {
   const int64_t d = c.head_dim;
   const GatedQuery qg = gated_query(w, il, x);
   Tensor o = w.tmp(w.T, c.n_head * d);
-  w.be.attention(qg.q, st.k_cache, st.v_cache, w.pos, c.n_head, c.n_head_kv, d,
+  w.be.attention(qg.q, st.k_cache, st.v_cache, w.positions, c.n_head, c.n_head_kv, d,
                  1.0f / std::sqrt(float(d)), o);
   return gated_output(w, il, o, qg.gate);
 }
@@ -42,24 +42,6 @@ void beta_alpha_projection(Window& w, const LayerWeights& L, const Tensor& x, Te
   const int64_t widths[] = {r, r};
   Tensor parts[] = {b, a};
   w.be.split_groups(ba, gk, widths, parts);  // fix_query_key_value_ordering: b, a
-}
-
-// g = -A_log.exp() * softplus(a + dt_bias), [T, Gv]. Computed on the host from a download of a:
-// the backend has no softplus yet, and a is only T x Gv values.
-Tensor decay(Window& w, const LayerWeights& L, const Tensor& a) {
-  const int64_t gv = w.c.ssm_v_heads;
-  std::vector<float> host(size_t(w.T * gv));
-  w.be.download(a, host.data());
-  for (int64_t t = 0; t < w.T; ++t)
-    for (int64_t hd = 0; hd < gv; ++hd) {
-      float& v = host[size_t(t * gv + hd)];
-      const float z = v + L.ssm_dt_host[size_t(hd)];
-      const float softplus = z > 20.0f ? z : std::log1p(std::exp(z));  // torch's threshold 20
-      v = L.ssm_a_host[size_t(hd)] * softplus;
-    }
-  Tensor g = w.tmp(w.T, gv);
-  w.be.upload(host.data(), g);
-  return g;
 }
 
 // q or k [T, Gk*S] repeated to the Gv value heads in the file's value-head order.
@@ -99,9 +81,9 @@ GatedQuery gated_query(Window& w, int64_t il, const Tensor& x) {
   be.matmul(L.attn_k, x, k);
   be.rms_norm(k, &L.attn_k_norm, d, eps, k);                   // k_norm(k_proj(hidden_states))
   be.matmul(L.attn_v, x, v);                                   // v_proj(hidden_states)
-  be.rope_neox(q, w.pos, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
-  be.rope_neox(k, w.pos, d, c.rope_dim, float(c.rope_theta));
-  be.kv_write(st.k_cache, st.v_cache, k, v, w.pos);  // past_key_values.update
+  be.rope_neox(q, w.positions, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
+  be.rope_neox(k, w.positions, d, c.rope_dim, float(c.rope_theta));
+  be.kv_write(st.k_cache, st.v_cache, k, v, w.positions);  // past_key_values.update
   return {q, gate};
 }
 
@@ -126,6 +108,7 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   Tensor b = w.tmp(w.T, gv), a = w.tmp(w.T, gv);
   beta_alpha_projection(w, L, x, b, a);
   Tensor conv = w.tmp(w.T, c.ssm_conv_dim());
+  if (w.journal) w.journal->conv(st.conv, qkv, L.ssm_conv1d, 1);
   be.conv1d_silu(qkv, st.conv, L.ssm_conv1d, conv);  // causal_conv1d_fn(..., activation="silu")
   w.dump("gdn_conv", il, conv);
   // torch.split(mixed_qkv, [key_dim, key_dim, value_dim])
@@ -135,15 +118,17 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   Tensor beta = w.tmp(w.T, gv);
   be.fill(beta, 1.0f);
   be.mul_sigmoid(beta, b, beta);  // beta = b.sigmoid()
-  const Tensor g = decay(w, L, a);
+  Tensor g = w.tmp(w.T, gv);
+  be.ssm_decay(a, L.ssm_dt, L.ssm_a, g);  // g = -self.A_log.exp() * F.softplus(a + self.dt_bias)
   // torch_*_gated_delta_rule(use_qk_l2norm_in_kernel=True): l2norm(q), l2norm(k), q * dk^-0.5
   Tensor qn = w.tmp(w.T, kd), kn = w.tmp(w.T, kd);
   be.l2_norm(q, s, 1e-6f, qn);
   be.scale(qn, 1.0f / std::sqrt(float(s)), qn);
   be.l2_norm(k, s, 1e-6f, kn);
   Tensor core = w.tmp(w.T, vd);
-  be.gated_delta_rule(repeat_to_value_heads(w, qn), repeat_to_value_heads(w, kn), v, g, beta,
-                      st.ssm, gv, core);
+  const Tensor qr = repeat_to_value_heads(w, qn), kr = repeat_to_value_heads(w, kn);
+  if (w.journal) w.journal->delta_rule(st.ssm, qr, kr, v, g, beta, gv);
+  be.gated_delta_rule(qr, kr, v, g, beta, st.ssm, gv, core);
   w.dump("gdn_core", il, core);
   be.rms_norm(core, &L.ssm_norm, s, float(c.rms_eps), core);  // self.norm(core_attn_out, z) ...
   if (c.arch == Arch::Qwen4Exp)

@@ -64,7 +64,9 @@ Tensor norm_streams(Window& w, const Tensor& x, const Weight& gain) {
   const int64_t n = w.c.n_embd;
   Tensor y = w.tmp(x.rows, x.cols);
   for (int64_t s = 0; s < w.c.hc_count; ++s) {
-    const Weight g{gain.type, static_cast<const float*>(gain.data) + s * n, n, 1, gain.row_stride};
+    // Stream s's gains: n values of the [hc_count * n] vector, a one-row weight of their own.
+    const Weight g{gain.type, static_cast<const float*>(gain.data) + s * n, n, 1,
+                   size_t(n) * sizeof(float)};
     w.be.rms_norm(x.cols_view(s * n, n), &g, n, float(w.c.rms_eps), y.cols_view(s * n, n));
   }
   return y;
@@ -93,6 +95,25 @@ void qwen4exp_layer(Window& w, int64_t il, Tensor x) {
   Tensor m = moe(w, il, h);  // mlp(hidden_states)
   w.dump("moe_out", il, m);
   inject(w, x, m, z);
+}
+
+// MTP head input (docs/SPECULATION.md, "The MTP head"): stream s of the block's input is
+// eh_proj(concat(enorm(embedding), hnorm(streams)_s)), i.e. fc_embedding(e) + fc_hidden(h_s).
+void qwen4exp_mtp_input(Window& w, const LayerWeights& L, const Tensor& e, const Tensor& streams, Tensor x) {
+  const int64_t n = w.c.n_embd;
+  Tensor cat = w.tmp(e.rows, 2 * n), stream = w.tmp(e.rows, n);
+  w.be.rms_norm(e, &L.nextn_enorm, n, float(w.c.rms_eps), cat.cols_view(0, n));
+  const Tensor hn = norm_streams(w, streams, L.nextn_hnorm);
+  for (int64_t s = 0; s < w.c.hc_count; ++s) {
+    w.be.copy(hn.cols_view(s * n, n), cat.cols_view(n, n));
+    w.be.matmul(L.nextn_eh_proj, cat, stream);
+    w.be.copy(stream, x.cols_view(s * n, n));
+  }
+}
+
+// The MTP head's own final mixer (nextn.hc_head_*), as the trunk's feeds the LM head.
+Tensor qwen4exp_mtp_output(Window& w, const LayerWeights& L, const Tensor& x) {
+  return mix(w, x, {L.nextn_hc_head_norm, L.nextn_hc_head_down, L.nextn_hc_head_up, nullptr}, nullptr);
 }
 
 // Qwen4ExpTextModel.forward: hidden_states = self.hyper_connection_mixer(hidden_states)

@@ -95,8 +95,9 @@ backend::Routing RouteControl::from_trace(int il, int64_t T, std::span<const uin
 }
 
 backend::Routing RouteControl::route(backend::Backend& be, experts::ExpertSource& source, int il,
-                                     const backend::Tensor& logits, int64_t T) {
-  const int64_t n = config_.n_expert;
+                                     const backend::Tensor& logits, const backend::Ids& experts,
+                                     const backend::Tensor& weights) {
+  const int64_t n = config_.n_expert, T = logits.rows;
   const bool need_logits = !trace_ && (options_.ccr.enabled || writer_);
   if (need_logits) {
     host_logits_.resize(size_t(T * n));
@@ -114,7 +115,7 @@ backend::Routing RouteControl::route(backend::Backend& be, experts::ExpertSource
     routing = route::route_window(host_logits_.data(), T, n, n, int(config_.n_expert_used), renormalize_,
                                   options_.ccr, resident_, &ccr_stats_);
   else
-    routing = be.route_softmax_topk(logits, config_.n_expert_used, renormalize_);
+    routing = backend::download_routing(be, experts, weights);
   if (writer_) {
     if (trace_) {
       writer_->append(il, routing);

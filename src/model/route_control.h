@@ -43,11 +43,15 @@ class RouteControl {
   RouteControl(const RouteControl&) = delete;
   RouteControl& operator=(const RouteControl&) = delete;
 
-  // The routing of layer `il` for the window's T rows, given the router's logits [T, n_expert].
+  // The routing of layer `il` for the window's rows, given the router's logits [T, n_expert] and
+  // its exact top-k (experts, weights [T, top_k], in backend memory).
   backend::Routing route(backend::Backend& be, experts::ExpertSource& source, int il, const backend::Tensor& logits,
-                         int64_t T);
+                         const backend::Ids& experts, const backend::Tensor& weights);
   // The window's rows are done: the trace advances, the history ages and may be saved.
   void end_window(int64_t T);
+  // The last window's final `rows` were rolled back (speculative decoding): a replayed trace
+  // gives their positions' routes again to the rows that next take those positions.
+  void rewind(int64_t rows) { row_ -= rows; }
 
   // Counts every routed expert into `profile` from now on (strata profile); nullptr stops.
   void set_profile(route::ExpertProfile* profile) { profile_ = profile; }

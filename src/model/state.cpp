@@ -27,13 +27,14 @@ void State::copy_state(const LayerState& src, LayerState& dst, int64_t n_past, b
   }
 }
 
-State::State(backend::Backend& backend, const ModelConfig& c, int64_t n_ctx)
+State::State(backend::Backend& backend, const ModelConfig& c, int64_t n_ctx, Kind kind)
     : backend_(&backend), n_ctx_(n_ctx) {
   if (n_ctx < 1 || n_ctx > c.n_ctx)
     fail("context of ", n_ctx, " positions is outside 1..", c.n_ctx,
          " (the model's context_length)");
-  layers.resize(size_t(c.n_layer));
-  for (int64_t il = 0; il < c.n_layer; ++il) {
+  const bool mtp = kind == Kind::Mtp;
+  layers.resize(size_t(mtp ? c.n_blocks() : c.n_layer));
+  for (int64_t il = mtp ? c.n_layer : 0; il < int64_t(layers.size()); ++il) {
     LayerState& l = layers[size_t(il)];
     if (c.is_linear(il)) {
       l.conv = backend.alloc(c.ssm_conv - 1, c.ssm_conv_dim());

@@ -2,7 +2,7 @@
 // recurrent (delta rule) state of every Gated DeltaNet layer, qwen4exp's PLE token history and
 // conv inputs and QSA index keys, and how many positions are done.
 // All of it lives in backend memory. A copy is a snapshot: speculative decoding rolls a rejected
-// draft back by restoring one (DESIGN.md, "Speculative decoding").
+// draft back by restoring one (docs/DESIGN.md, "Speculative decoding").
 #pragma once
 
 #include <cstdint>
@@ -30,8 +30,11 @@ struct LayerState {
 
 class State {
  public:
+  // Trunk: every trunk block. Mtp: the MTP head's blocks only (layers has n_blocks() entries,
+  // the trunk's left empty), its own KV cache.
+  enum class Kind { Trunk, Mtp };
   // Room for n_ctx positions (at most config.n_ctx); throws strata::Error otherwise.
-  State(backend::Backend& backend, const ModelConfig& config, int64_t n_ctx);
+  State(backend::Backend& backend, const ModelConfig& config, int64_t n_ctx, Kind kind = Kind::Trunk);
   ~State();
   State(const State& other);
   State& operator=(const State& other);  // same model and n_ctx only (throws otherwise)
@@ -41,7 +44,7 @@ class State {
 
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_past = 0;
-  std::vector<LayerState> layers;  // one per trunk block
+  std::vector<LayerState> layers;  // one per trunk block (Mtp: per block, trunk ones empty)
   // qwen4exp PLE: the last ngram_size - 1 tokens, oldest first (eos before the first token, as
   // the reference pads its history).
   std::vector<int32_t> ple_history;

@@ -1,6 +1,5 @@
 #include "model/weights.h"
 
-#include <cstring>
 #include <string_view>
 
 #include "gguf/gguf.h"
@@ -44,6 +43,7 @@ const Field kLayerFields[] = {
     {"nextn.eh_proj.weight", &LayerWeights::nextn_eh_proj},
     {"nextn.enorm.weight", &LayerWeights::nextn_enorm},
     {"nextn.hnorm.weight", &LayerWeights::nextn_hnorm},
+    {"nextn.shared_head_norm.weight", &LayerWeights::nextn_shared_head_norm},
     {"nextn.hc_head_norm.weight", &LayerWeights::nextn_hc_head_norm},
     {"nextn.hc_head_down.weight", &LayerWeights::nextn_hc_head_down},
     {"nextn.hc_head_up.weight", &LayerWeights::nextn_hc_head_up},
@@ -85,12 +85,6 @@ Weight* layer_field(LayerWeights& l, std::string_view suffix) {
   return nullptr;
 }
 
-std::vector<float> host_floats(const gguf::TensorInfo& t) {
-  std::vector<float> out(size_t(t.n_elements()));
-  std::memcpy(out.data(), t.data, out.size() * sizeof(float));
-  return out;
-}
-
 }  // namespace
 
 Weights load_weights(const gguf::Reader& reader, const ModelConfig& c, backend::Backend& be) {
@@ -118,12 +112,6 @@ Weights load_weights(const gguf::Reader& reader, const ModelConfig& c, backend::
     *field = be.weight(*t);
   }
   if (!present(w.output)) w.output = w.token_embd;
-  for (int64_t il = 0; il < c.n_blocks(); ++il) {
-    LayerWeights& l = w.layers[size_t(il)];
-    if (!present(l.ssm_a)) continue;
-    l.ssm_a_host = host_floats(reader.tensor(cat("blk.", il, ".ssm_a")));
-    l.ssm_dt_host = host_floats(reader.tensor(cat("blk.", il, ".ssm_dt.bias")));
-  }
   return w;
 }
 

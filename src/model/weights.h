@@ -45,8 +45,6 @@ struct LayerWeights {
   Weight ssm_alpha;   // [n, Gv] (qwen35moe)
   Weight ssm_norm;    // [S]: the gated RMSNorm's gain (stored as is, no +1)
   Weight ssm_out;     // [Gv*S, n]
-  // ssm_a and ssm_dt.bias as host floats: the decay gate is computed on the host (Model docs).
-  std::vector<float> ssm_a_host, ssm_dt_host;
 
   // MoE router and shared expert.
   Weight ffn_gate_inp;        // [n, E] (F32)
@@ -59,6 +57,7 @@ struct LayerWeights {
   Weight nextn_eh_proj;  // [2n, n]
   Weight nextn_enorm;    // [n]
   Weight nextn_hnorm;    // [n]
+  Weight nextn_shared_head_norm;  // [n] (qwen35moe, optional: absent, output_norm stands in)
   Weight nextn_hc_head_norm, nextn_hc_head_down, nextn_hc_head_up;
 
   // qwen4exp hyper-connection mixers before the token mixer (attn) and the MoE (ffn); H = hc*n,

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 namespace strata::route {
@@ -90,6 +91,7 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes, 
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = EIO;  // a regular file that takes no bytes and says nothing
     if (n <= 0) give_up("writing");
     done += size_t(n);
   }
@@ -103,6 +105,14 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes, 
     const int err = errno;
     ::unlink(tmp.c_str());
     fail(kind, " ", path, ": renaming ", tmp, " over it failed: ", std::strerror(err));
+  }
+  // The rename is durable once the directory is synced; the file is whole either way. A
+  // directory that cannot be opened or synced (some filesystems refuse) loses nothing but that.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
   }
 }
 

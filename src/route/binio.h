@@ -95,8 +95,9 @@ void save_with_checksum(ByteWriter& w, const std::string& path, const char* kind
 // The whole file; `kind` ("routing trace", ...) goes into the error when it cannot be read.
 std::vector<uint8_t> read_whole_file(const std::string& path, const char* kind);
 
-// Writes `bytes` to path.tmp.PID, fsyncs it and renames it over `path`: readers see the old file or
-// the new one, never a mix. The temp file is removed when any step fails.
+// Writes `bytes` to path.tmp.PID, fsyncs it, renames it over `path` and syncs the directory:
+// readers see the old file or the new one, never a mix, also after a crash at any step. The temp
+// file is removed when any step fails (a process killed mid-save can leave it; it is never read).
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes, const char* kind);
 
 }  // namespace strata::route

@@ -1,4 +1,4 @@
-// Cache-conditional routing (MoCE, DESIGN.md "Expert arena, tiers and I/O"): an opt-in quality knob
+// Cache-conditional routing (MoCE, docs/DESIGN.md "Expert arena, tiers and I/O"): an opt-in quality knob
 // that lets experts already in the cache win close calls. For one row of router logits:
 //   - the true ranking is by softmax probability, ties to the lower id (as cpu::route_softmax_topk);
 //   - ranks 0..r_prot-1 are kept exactly;

@@ -1,6 +1,6 @@
 // Expert profile: per (layer, expert) how often a calibration run routed to it, hence a ranking per
-// layer; and blend(), the start-up fill order from a profile and the usage history (DESIGN.md: about
-// 0.7 history once the history holds 1k+ tokens). Format in docs/ROUTING.md.
+// layer; and blend(), the start-up fill order from a profile and the usage history (docs/DESIGN.md:
+// up to 0.7 history once the history holds 1k+ tokens). Format in docs/ROUTING.md.
 #pragma once
 
 #include <cstdint>

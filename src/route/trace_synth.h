@@ -1,5 +1,5 @@
 // Synthetic routing traces with realistic reuse. Random-weight models route with no temporal
-// locality; real ones reuse experts heavily (DESIGN.md: a per-layer LRU of 32/64/128 slots serves
+// locality; real ones reuse experts heavily (docs/DESIGN.md: a per-layer LRU of 32/64/128 slots serves
 // about 55/79/90% of a real model's decode routes). This generator reproduces that locality so
 // benchmarks and replays have something realistic to run on.
 //

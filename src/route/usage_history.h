@@ -1,6 +1,6 @@
 // Usage history: per (layer, expert) a count of routes that decays with a half-life in tokens, so
-// the start-up fill follows what this user actually runs (DESIGN.md: "Fill at start from the
-// profile blended with the usage history"). It survives restarts as a small file next to the pack
+// the start-up fill follows what this user actually runs (docs/DESIGN.md, "Expert arena,
+// tiers and I/O": the start-up fill blends the profile with the usage history). It survives restarts as a small file next to the pack
 // (format in docs/ROUTING.md), written atomically.
 //
 // Engine use: after each window, observe() every layer's routed experts of the window's rows, then

@@ -148,6 +148,7 @@ void AnthropicApi::messages(const httplib::Request& req, httplib::Response& res)
   const auto reader = started.reader;
   const ResponseHeader head = new_header("msg_", generation_.model_id());
   if (!r.stream) {
+    hold_status(*started.job);
     respond(res, started.job, json_writer([head, reader](const decode::GenerateResult& result) {
               reader->feed(result.text);
               reader->finish();

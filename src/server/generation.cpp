@@ -77,10 +77,11 @@ Generation::Generation(decode::LoadedModel& model, Metrics& metrics, GenerationO
       limits_{options_.model_id,
               std::min<int64_t>(model.model().config().n_vocab, int64_t(model.tokenizer().size()))},
       json_vocab_(model.tokenizer()),
-      session_(options_.parallel > 1 ? nullptr
-                                     : std::make_unique<decode::Session>(
-                                           model.model(), model.tokenizer(),
-                                           decode::SessionOptions{.n_ctx = model.ctx(), .snapshot_prompt = true})),
+      session_(options_.parallel > 1
+                   ? nullptr
+                   : std::make_unique<decode::Session>(
+                         model.model(), model.tokenizer(),
+                         decode::SessionOptions{.n_ctx = model.ctx(), .snapshot_prompt = true, .spec = options_.spec})),
       batch_(options_.parallel > 1 ? std::make_unique<BatchLoop>(model.model(), model.tokenizer(), model.ctx(),
                                                                  options_.parallel, options_.batch)
                                    : nullptr),
@@ -99,7 +100,9 @@ decode::GenerateParams Generation::params_for(const GenerationRequest& r,
   if (n >= ctx || (r.max_tokens_given && r.gen.max_tokens > ctx - n))
     throw ApiError(400,
                    cat("This model's maximum context length is ", ctx, " tokens. However, you "
-                       "requested ", r.max_tokens_given ? cat(n + r.gen.max_tokens) : cat(n),
+                       "requested ",
+                       // Unsigned: max_tokens may be as large as int64 allows, n is positive.
+                       r.max_tokens_given ? cat(uint64_t(n) + uint64_t(r.gen.max_tokens)) : cat(n),
                        " tokens (", n, " in the prompt",
                        r.max_tokens_given ? cat(", ", r.gen.max_tokens, " in the completion") : "",
                        "). Please shorten the prompt or lower max_tokens."),
@@ -236,6 +239,7 @@ void Generation::chat(const httplib::Request& req, httplib::Response& res) {
   const ResponseHeader head = new_header("chatcmpl-", options_.model_id);
 
   if (!r.stream) {
+    hold_status(*job);
     respond(res, job, json_writer([head, reader](const decode::GenerateResult& result) {
               reader->feed(result.text);
               reader->finish();
@@ -284,6 +288,7 @@ void Generation::completion(const httplib::Request& req, httplib::Response& res)
   auto job = start(prompt, params_for(r, prompt.size()), until);
   const ResponseHeader head = new_header("cmpl-", options_.model_id);
   if (!r.stream) {
+    hold_status(*job);
     respond(res, job, json_writer([head, echo](const decode::GenerateResult& result) {
               return text_completion(head, echo + result.text,
                                      finish_reason(result.finish, false),

@@ -30,6 +30,7 @@ struct GenerationOptions {
   double timeout_s = 600;   // a request's whole life: queue wait and generation
   int64_t batch = 512;      // prefill rows per window
   size_t parallel = 1;      // generations that share windows (1: one at a time)
+  spec::Options spec;       // speculative decoding (strata serve --spec; with --parallel 1)
 };
 
 // A chat request queued and started: its job, and the reader that turns its text into

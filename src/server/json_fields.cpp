@@ -129,9 +129,12 @@ void Fields::reject_unknown(std::initializer_list<std::string_view> known) const
 }
 
 Json parse_body(std::string_view body, int max_depth) {
-  int deepest = 0;
+  const ApiError too_deep(400, cat("The JSON body nests deeper than ", max_depth, " levels."), "",
+                          "invalid_json");
+  // Stops at the first value past the limit: a body of 10^6 open brackets costs no more than
+  // max_depth levels of document.
   const Json::parser_callback_t track_depth = [&](int depth, Json::parse_event_t, Json&) {
-    deepest = std::max(deepest, depth);
+    if (depth > max_depth) throw too_deep;
     return true;
   };
   Json doc;
@@ -142,9 +145,6 @@ Json parse_body(std::string_view body, int max_depth) {
     throw ApiError(400, cat("The request body is not valid JSON: ", e.what()), "",
                    "invalid_json");
   }
-  if (deepest > max_depth)
-    throw ApiError(400, cat("The JSON body nests deeper than ", max_depth, " levels."), "",
-                   "invalid_json");
   if (!doc.is_object())
     throw ApiError(400,
                    cat("Invalid type for the request body: expected an object, but got ",

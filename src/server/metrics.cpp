@@ -23,6 +23,7 @@ void Metrics::count_generation(const decode::Telemetry& t, const std::string& fi
   if (auto v = t.prefill_tok_per_s()) last_prefill_tok_s_ = v;
   if (auto v = t.decode_tok_per_s()) last_decode_tok_s_ = v;
   if (t.cache_hit_rate) last_cache_hit_rate_ = t.cache_hit_rate;
+  if (t.spec) spec_ = spec_ ? accumulate(*spec_, *t.spec) : *t.spec;
 }
 
 void Metrics::count_rejection() {
@@ -49,6 +50,29 @@ void sample(std::string& out, const char* name, double v, const std::string& lab
 void metric(std::string& out, const char* name, const char* type, const char* help, double v) {
   header(out, name, type, help);
   sample(out, name, v);
+}
+
+// Speculation's exports (docs/SPECULATION.md, "Telemetry").
+void render_spec(std::string& out, const spec::Report& r) {
+  metric(out, "strata_spec_windows_total", "counter", "Decode windows run with speculation on.", double(r.windows));
+  metric(out, "strata_spec_drafted_windows_total", "counter", "Decode windows that carried drafts.",
+         double(r.drafted_windows));
+  metric(out, "strata_spec_draft_tokens_total", "counter", "Drafted tokens verified.", double(r.drafted));
+  metric(out, "strata_spec_accepted_tokens_total", "counter", "Drafted tokens accepted.", double(r.accepted));
+  metric(out, "strata_spec_tokens_per_window", "gauge", "Tokens a decode window yields on average (1 + accepted drafts).",
+         r.mean_tokens_per_window());
+  metric(out, "strata_spec_accepted_per_drafted_window", "gauge", "Mean accepted drafts per drafted window.",
+         r.mean_accepted_per_window());
+  if (r.t1) metric(out, "strata_spec_t1_seconds", "gauge", "SpecGate's T(1): wall time of a one-row window (EMA).", *r.t1);
+  header(out, "strata_spec_window_time_ratio", "gauge", "SpecGate's T(n)/T(1) for the measured row counts n.");
+  for (size_t i = 0; i < r.t_ratio.size(); ++i)
+    if (r.t_ratio[i] > 0) sample(out, "strata_spec_window_time_ratio", r.t_ratio[i], cat("rows=\"", i + 2, "\""));
+  header(out, "strata_spec_acceptance", "gauge", "Acceptance of drafts by position (given the ones before stood).");
+  for (int j = 1; j <= spec::kMaxDepth; ++j) {
+    int64_t judged = 0;
+    for (const auto& s : r.judged) judged += s[size_t(j)];
+    if (judged > 0) sample(out, "strata_spec_acceptance", r.acceptance(j), cat("position=\"", j, "\""));
+  }
 }
 
 }  // namespace
@@ -89,6 +113,7 @@ std::string Metrics::render(const LiveGauges& live) const {
   if (last_cache_hit_rate_)
     metric(out, "strata_expert_cache_hit_ratio", "gauge",
            "Expert cache hit rate of the last generation (0..1).", *last_cache_hit_rate_);
+  if (spec_) render_spec(out, *spec_);
   metric(out, "strata_queue_depth", "gauge", "Requests waiting behind the running generations.",
          double(live.queue_depth));
   metric(out, "strata_queue_capacity", "gauge", "Requests that may wait (--queue).",

@@ -44,6 +44,7 @@ class Metrics {
   double prefill_seconds_ = 0;
   double decode_seconds_ = 0;
   std::optional<double> last_prefill_tok_s_, last_decode_tok_s_, last_cache_hit_rate_;
+  std::optional<spec::Report> spec_;  // speculation summed over generations (gauges: the last)
 };
 
 }  // namespace strata::server

@@ -12,6 +12,9 @@ namespace {
 // More stop strings than OpenAI's four: local clients (agents, chat UIs) often send a handful
 // of role markers.
 constexpr size_t kMaxStops = 16;
+// OpenAI's limit. Every tool is rendered into the prompt, so thousands of them would only make a
+// prompt no context holds, after rendering them all.
+constexpr size_t kMaxTools = 128;
 
 [[noreturn]] void unsupported(const std::string& param, const std::string& what) {
   throw ApiError(422, cat(what, " is not supported by this server."), param, "unsupported_value");
@@ -223,6 +226,10 @@ Json parse_tools(const Fields& f) {
   if (tools->empty())
     throw ApiError(400, "Invalid 'tools': empty array. Expected at least one tool.", "tools",
                    "empty_array");
+  if (tools->size() > kMaxTools)
+    throw ApiError(400, cat("Invalid 'tools': at most ", kMaxTools, " tools, got ", tools->size(),
+                            "."),
+                   "tools", "array_above_max_length");
   for (size_t i = 0; i < tools->size(); ++i) {
     const std::string path = cat("tools[", i, "]");
     const Json& t = (*tools)[i];

@@ -1,7 +1,9 @@
 #include "server/respond.h"
 
+#include <algorithm>
 #include <vector>
 
+#include "server/http_server.h"
 #include "util/error.h"
 
 namespace strata::server {
@@ -45,6 +47,23 @@ ApiError internal_error(const std::string& what) {
 const decode::GenerateResult& finished(const Job& job) {
   if (!job.result()) throw internal_error(job.error());
   return *job.result();
+}
+
+void hold_status(Job& job) {
+  constexpr auto kStatusHold = std::chrono::seconds(10);
+  const auto until = Clock::now() + kStatusHold;
+  std::vector<std::string> pieces;  // a non-streaming reply takes its text from the result
+  while (Clock::now() < until) {
+    pieces.clear();
+    if (!job.next(pieces, std::min(until, Clock::now() + kHeartbeat))) {
+      finished(job);
+      return;
+    }
+    if (!HttpServer::client_connected()) {
+      job.cancel();
+      return;
+    }
+  }
 }
 
 Writer json_writer(std::function<Json(const decode::GenerateResult&)> body,

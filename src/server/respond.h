@@ -46,6 +46,12 @@ ApiError internal_error(const std::string& what);
 // What a response needs from a finished job: its result; throws internal_error when it failed.
 const decode::GenerateResult& finished(const Job& job);
 
+// Before a non-streaming response: waits up to 10 s for the job, watching the client's
+// connection meanwhile, so that a generation that fails early (an expert record that cannot be
+// read) answers with a 5xx rather than a 200 whose body is an error. Throws the job's error as a
+// 500 if it failed, cancels it if the client hung up; a longer job goes on as json_writer says.
+void hold_status(Job& job);
+
 // A non-streaming response: spaces while the job runs, then body(result); a failure becomes
 // error(e) (the API's own error shape) in the body.
 Writer json_writer(std::function<Json(const decode::GenerateResult&)> body,

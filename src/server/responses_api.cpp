@@ -2,6 +2,7 @@
 
 #include "server/encode.h"
 #include "server/responses_request.h"
+#include "util/error.h"
 
 namespace strata::server {
 
@@ -235,6 +236,7 @@ void ResponsesApi::create(const httplib::Request& req, httplib::Response& res) {
                            output_items(ids, *reader, incomplete), usage_json(usage_of(result.telemetry), reasoning));
   };
   if (!q->chat.stream) {
+    hold_status(*started.job);
     respond(res, started.job, json_writer([reader, finished](const decode::GenerateResult& result) {
               reader->feed(result.text);
               reader->finish();

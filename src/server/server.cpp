@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <arpa/inet.h>
+
 #include <filesystem>
 #include <thread>
 
@@ -9,6 +11,7 @@
 #include "server/api_error.h"
 #include "server/chat_page.h"
 #include "server/encode.h"
+#include "server/http_server.h"
 #include "server/responses_api.h"
 #include "server/tokenize_api.h"
 #include "util/error.h"
@@ -16,7 +19,8 @@
 namespace strata::server {
 
 struct Server::Http {
-  httplib::Server server;
+  explicit Http(std::chrono::milliseconds request_read_timeout) : server(request_read_timeout) {}
+  HttpServer server;
 };
 
 namespace {
@@ -55,6 +59,15 @@ std::string endpoint_label(const std::string& path) {
   return "other";
 }
 
+// Compares a presented secret with the expected one in time that depends only on the presented
+// length, never on how much of it matches or on the expected secret's length.
+bool same_secret(std::string_view given, std::string_view expected) {
+  unsigned diff = given.size() != expected.size();
+  for (size_t i = 0; i < given.size(); ++i)
+    diff |= unsigned(uint8_t(given[i]) ^ uint8_t(expected[i % expected.size()]));
+  return diff == 0;
+}
+
 Json model_object(const std::string& id, int64_t created) {
   return {{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "strata"}};
 }
@@ -62,12 +75,17 @@ Json model_object(const std::string& id, int64_t created) {
 }  // namespace
 
 Server::Server(decode::LoadedModel& model, ServerOptions options)
-    : model_(model), options_(std::move(options)), http_(std::make_unique<Http>()) {
+    : model_(model), options_(std::move(options)) {
   auto& gen = options_.generation;
   if (gen.model_id.empty()) gen.model_id = std::filesystem::path(model.path()).stem().string();
   if (gen.timeout_s <= 0) fail("--timeout: ", gen.timeout_s, " must be positive");
+  if (!(options_.read_timeout_s >= 0.001 && options_.read_timeout_s <= 3600))
+    fail("--read-timeout: ", options_.read_timeout_s, " is outside 0.001..3600 seconds");
+  http_ = std::make_unique<Http>(std::chrono::milliseconds(int64_t(options_.read_timeout_s * 1000)));
   if (options_.max_body < 1024) fail("--max-body: ", options_.max_body, " is below 1024 bytes");
   if (gen.parallel < 1) fail("--parallel: ", gen.parallel, " must be at least 1");
+  if (gen.parallel > 1 && gen.spec.mode != spec::Mode::Off)
+    fail("--spec needs --parallel 1: speculative windows are not shared between sequences yet");
   generation_ = std::make_unique<Generation>(model, metrics_, gen);
   anthropic_ = std::make_unique<AnthropicApi>(*generation_);
   responses_ = std::make_unique<ResponsesApi>(*generation_);
@@ -102,17 +120,21 @@ void Server::add_routes() {
     const bool api = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
     if (options_.api_key.empty() || !api) return httplib::Server::HandlerResponse::Unhandled;
     // OpenAI's clients send a bearer token, Anthropic's an x-api-key header.
-    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key ||
-        req.get_header_value("x-api-key") == options_.api_key)
+    if (same_secret(req.get_header_value("Authorization"), "Bearer " + options_.api_key) ||
+        same_secret(req.get_header_value("x-api-key"), options_.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
     send_error(req, res,
                ApiError(401, "Incorrect or missing API key (Authorization: Bearer KEY or x-api-key: KEY).",
                         "", "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
-  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    if (res.status == 413)
+    if (HttpServer::request_timed_out())
+      send_error(req, res, ApiError(408, cat("The request did not arrive within ",
+                                             options_.read_timeout_s, " s (--read-timeout)."),
+                                    "", "request_timeout"));
+    else if (res.status == 413)
       send_error(req, res, ApiError(413, "The request body is larger than the server's limit "
                                     "(--max-body).", "", "request_too_large"));
     else if (res.status == 404)
@@ -126,7 +148,10 @@ void Server::add_routes() {
       [](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
         send_error(req, res, ApiError(500, "Internal error.", "", "internal_error", "server_error"));
       });
-  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  // Counted before the response leaves (httplib runs this after the route and the error
+  // handler, before it writes the status line): a client that has its answer and asks /metrics
+  // next must find the request counted. The logger runs after the write, which left a window.
+  svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     metrics_.count_request(endpoint_label(req.path), res.status);
   });
 
@@ -185,6 +210,20 @@ void Server::add_routes() {
            }));
 }
 
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+std::string startup_warning(const ServerOptions& options) {
+  if (!options.api_key.empty() || is_loopback_host(options.host)) return "";
+  return cat("warning: listening on ", options.host, " without --api-key: anyone who can reach "
+             "this address can use the model. Set --api-key KEY, or --host 127.0.0.1.");
+}
+
 int Server::bind() {
   auto& svr = http_->server;
   const int port = options_.port == 0 ? svr.bind_to_any_port(options_.host)
@@ -196,6 +235,8 @@ int Server::bind() {
          " (in use, or not an address of this machine)");
   return port;
 }
+
+std::string Server::serve_bytes(std::string_view bytes) { return http_->server.serve_bytes(bytes); }
 
 void Server::run() {
   phase_ = 1;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "decode/loaded_model.h"
 #include "server/anthropic_api.h"
@@ -25,8 +26,15 @@ struct ServerOptions {
   int port = 8080;                // 0: any free port (bind() says which)
   size_t max_body = 4 << 20;      // bytes; a larger request body gets 413
   std::string api_key;            // empty: no authentication
+  double read_timeout_s = 30;     // a request's line, headers and body must arrive within this
   GenerationOptions generation;   // model id, queue, timeout, prefill batch
 };
+
+// Whether `host` (an address or "localhost") only listens on this machine.
+bool is_loopback_host(const std::string& host);
+// The warning to print at start-up when the server listens beyond this machine without an API
+// key; empty when there is nothing to warn about.
+std::string startup_warning(const ServerOptions& options);
 
 class Server {
  public:
@@ -47,6 +55,10 @@ class Server {
   void set_shutdown_hook(std::function<void()> hook) { shutdown_hook_ = std::move(hook); }
 
   const std::string& model_id() const { return options_.generation.model_id; }
+
+  // Runs raw bytes through the server's HTTP parsing, limits and routes as one connection's input
+  // and returns what it wrote back (the HTTP fuzzer; no socket involved).
+  std::string serve_bytes(std::string_view bytes);
 
  private:
   struct Http;

@@ -58,7 +58,7 @@ ModelConfig tiny(Arch arch) {
   return c;
 }
 
-// Qwen3.8-Flash-Next. DESIGN.md: 48 layers (12 x (3 GDN + 1 QSA)), hidden 2560, 512 experts
+// Qwen3.8-Flash-Next. docs/DESIGN.md: 48 layers (12 x (3 GDN + 1 QSA)), hidden 2560, 512 experts
 // top-10, expert and shared widths 640, vocab 248320, HC 4 x 320, PLE at layer 1, QSA budget
 // 2048, one MTP block. The published GGUF metadata of the real checkpoint: 24 query heads of 256,
 // 2 KV heads, partial rope 64 with sections 11/11/10, rope base 1e7, 262144 context, 48 DeltaNet

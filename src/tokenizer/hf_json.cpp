@@ -24,16 +24,20 @@ constexpr const char* kQwen2Regex =
 constexpr const char* kQwen35Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+json parse_text(std::string_view text, const std::string& path) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(path, ": not valid JSON: ", e.what());
+  }
+}
+
 json parse_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, ": cannot open");
   std::ostringstream text;
   text << in.rdbuf();
-  try {
-    return json::parse(text.str());
-  } catch (const json::exception& e) {
-    fail(path, ": not valid JSON: ", e.what());
-  }
+  return parse_text(text.str(), path);
 }
 
 const char* kind(const json& j) { return j.type_name(); }
@@ -126,8 +130,10 @@ void apply_config(Vocab& v, const std::string& path) {
 
 }  // namespace
 
-Vocab load_hf_tokenizer_json(const std::string& path) {
-  const json root = parse_file(path);
+namespace {
+
+// tokenizer.json's content -> Vocab, before tokenizer_config.json and the final check.
+Vocab vocab_from(const json& root, const std::string& path) {
   if (!root.is_object()) fail(path, ": expected a JSON object, found ", kind(root));
   const json& model = member(root, path, "", "model");
   if (!model.is_object()) fail(path, ": model: expected an object, found ", kind(model));
@@ -197,6 +203,19 @@ Vocab load_hf_tokenizer_json(const std::string& path) {
           : regex == kQwen35Regex ? std::string(kPreQwen35)
                                   : std::string("default");
 
+  return v;
+}
+
+}  // namespace
+
+Vocab parse_hf_tokenizer_json(std::string_view text, const std::string& name) {
+  Vocab v = vocab_from(parse_text(text, name), name);
+  check_vocab(v, name);
+  return v;
+}
+
+Vocab load_hf_tokenizer_json(const std::string& path) {
+  Vocab v = vocab_from(parse_file(path), path);
   const std::filesystem::path config = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
   if (std::filesystem::exists(config)) apply_config(v, config.string());
   check_vocab(v, path);

@@ -80,6 +80,8 @@ void pad_vocab(Vocab& vocab, uint32_t n_vocab);
 // The pre-tokenizer name is "qwen2"/"qwen35" when the Split regex is Qwen's, else "default".
 // Throws strata::Error naming the file and the offending field.
 Vocab load_hf_tokenizer_json(const std::string& path);
+// The same from tokenizer.json's text, without a tokenizer_config.json; `name` goes into errors.
+Vocab parse_hf_tokenizer_json(std::string_view text, const std::string& name);
 
 // Writes the tokenizer.* keys (checks the vocab first).
 void write_vocab_metadata(const Vocab& vocab, gguf::Writer& writer);

@@ -50,4 +50,19 @@ class Rng {
   uint64_t state_[4];
 };
 
+// Counter-based uniform in [0, 1): a pure function of (seed, counter), so the number drawn for
+// a position does not depend on how many were drawn before it. Sampling keys it by the token's
+// position, which is what keeps speculative decoding's sampled output bitwise that of plain
+// decoding (docs/SPECULATION.md).
+inline float counter_uniform(uint64_t seed, uint64_t counter) {
+  uint64_t z = seed ^ (counter * 0xd1b54a32d192ed03ull);
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z = (z ^ (z >> 31)) + seed;
+  z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdull;
+  z ^= z >> 33;
+  return float(z >> 40) * 0x1p-24f;
+}
+
 }  // namespace strata

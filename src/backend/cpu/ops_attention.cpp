@@ -110,51 +110,18 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache, const T
 }
 
 void attention_selected(ThreadPool& pool, const Tensor& q, const Tensor& k_cache,
-                        const Tensor& v_cache, std::span<const int32_t> selected,
-                        std::span<const int64_t> offsets, int64_t n_head, int64_t n_head_kv,
+                        const Tensor& v_cache, const int32_t* selected, int64_t selected_cols,
+                        std::span<const int32_t> counts, int64_t n_head, int64_t n_head_kv,
                         int64_t head_dim, float scale, Tensor y) {
   constexpr const char* op = "attention_selected";
-  require(int64_t(offsets.size()) == q.rows + 1, op, offsets.size(), " offsets for ", q.rows,
-          " rows (want rows + 1)");
-  for (size_t r = 0; r + 1 < offsets.size(); ++r)
-    require(offsets[r] >= 0 && offsets[r] <= offsets[r + 1] &&
-                offsets[r + 1] <= int64_t(selected.size()),
-            op, "offsets[", r, "..", r + 1, "] = ", offsets[r], "..", offsets[r + 1],
-            " do not lie within the ", selected.size(), " selected positions");
+  require(int64_t(counts.size()) == q.rows, op, counts.size(), " counts for ", q.rows, " rows");
+  for (size_t r = 0; r < counts.size(); ++r)
+    require(counts[r] >= 0 && counts[r] <= selected_cols, op, "row ", r, " selects ", counts[r],
+            " positions; selected has room for ", selected_cols);
   attend(
       op, pool, q, k_cache, v_cache, n_head, n_head_kv, head_dim, scale, y,
-      [&](int64_t r) { return offsets[size_t(r) + 1] - offsets[size_t(r)]; },
-      [&](int64_t r, int64_t i) { return int64_t(selected[size_t(offsets[size_t(r)] + i)]); });
-}
-
-void block_scores(ThreadPool& pool, const Tensor& q, const Tensor& keys,
-                  std::span<const int32_t> counts, int64_t n_head, int64_t head_dim, float scale,
-                  Tensor y) {
-  constexpr const char* op = "block_scores";
-  check_tensor(op, "q", q);
-  check_tensor(op, "keys", keys);
-  check_tensor(op, "y", y);
-  require(n_head > 0 && head_dim > 0 && q.cols == n_head * head_dim && keys.cols == head_dim, op,
-          "q ", shape(q), " and keys ", shape(keys), " do not fit ", n_head, " heads of ",
-          head_dim);
-  require(int64_t(counts.size()) == q.rows && y.rows == q.rows, op, counts.size(), " counts and y ",
-          shape(y), " for ", q.rows, " rows");
-  for (int32_t n : counts)
-    require(n >= 0 && n <= keys.rows && n <= y.cols, op, "count ", n, " exceeds the ", keys.rows,
-            " keys or the ", y.cols, " columns of y");
-  check_no_overlap(op, "q", q, "y", y);
-  check_no_overlap(op, "keys", keys, "y", y);
-  const VecKernels& v = vec();
-  for_tasks(pool, q.rows, q.rows * keys.rows * q.cols, [&](int64_t r) {
-    float* yr = y.data + r * y.stride;
-    for (int64_t b = 0; b < y.cols; ++b) {
-      float sum = 0.0f;
-      for (int64_t h = 0; b < counts[size_t(r)] && h < n_head; ++h)
-        sum += std::max(0.0f, v.dot(q.data + r * q.stride + h * head_dim,
-                                    keys.data + b * keys.stride, head_dim));
-      yr[b] = sum * scale;
-    }
-  });
+      [&](int64_t r) { return int64_t(counts[size_t(r)]); },
+      [&](int64_t r, int64_t i) { return int64_t(selected[r * selected_cols + i]); });
 }
 
 }  // namespace strata::cpu

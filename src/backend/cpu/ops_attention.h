@@ -25,18 +25,11 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k_cache, const T
                std::span<const int32_t> positions, int64_t n_head, int64_t n_head_kv,
                int64_t head_dim, float scale, Tensor y);
 
-// The same over the positions selected[offsets[r] .. offsets[r + 1]) of row r, in that order
-// (QSA's sparse attention); offsets has q.rows + 1 non-decreasing entries.
+// The same over the positions selected[r * selected_cols + i], i < counts[r], of row r, in that
+// order (QSA's sparse attention).
 void attention_selected(ThreadPool& pool, const Tensor& q, const Tensor& k_cache,
-                        const Tensor& v_cache, std::span<const int32_t> selected,
-                        std::span<const int64_t> offsets, int64_t n_head, int64_t n_head_kv,
+                        const Tensor& v_cache, const int32_t* selected, int64_t selected_cols,
+                        std::span<const int32_t> counts, int64_t n_head, int64_t n_head_kv,
                         int64_t head_dim, float scale, Tensor y);
-
-// QSA indexer scores: y[r, b] = scale * sum over heads h of max(0, dot(q[r, h], keys[b])) for
-// b < counts[r] (dots in the lane order of ops_vec.h, heads summed in order), 0 past it.
-// q: [T, n_head * head_dim]; keys: [blocks, head_dim]; y: [T, >= max count].
-void block_scores(ThreadPool& pool, const Tensor& q, const Tensor& keys,
-                  std::span<const int32_t> counts, int64_t n_head, int64_t head_dim, float scale,
-                  Tensor y);
 
 }  // namespace strata::cpu

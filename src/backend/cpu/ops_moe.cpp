@@ -77,13 +77,16 @@ bool down_cols_fit(const Weight& down, int64_t n_ff) {
   return down.cols == n_ff || (n_ff % block != 0 && down.cols == (n_ff + block - 1) / block * block);
 }
 
-void check_routing(const char* op, const Tensor& x, const backend::Routing& routing) {
+// The parts of the routing an op reads: its experts, its weights, or both.
+enum class Uses { Experts, Weights, Both };
+
+void check_routing(const char* op, const Tensor& x, const backend::Routing& routing, Uses uses) {
   const int64_t T = x.rows;
   const int64_t K = routing.top_k;
-  require(K >= 1 && int64_t(routing.experts.size()) == T * K &&
-              int64_t(routing.weights.size()) == T * K,
-          op, "routing has ", routing.experts.size(), " experts and ", routing.weights.size(),
-          " weights for ", T, " rows of top ", K);
+  const bool experts_ok = uses == Uses::Weights || int64_t(routing.experts.size()) == T * K;
+  const bool weights_ok = uses == Uses::Experts || int64_t(routing.weights.size()) == T * K;
+  require(K >= 1 && experts_ok && weights_ok, op, "routing has ", routing.experts.size(),
+          " experts and ", routing.weights.size(), " weights for ", T, " rows of top ", K);
 }
 
 // out row pairs[i] = the expert FFN of pair pairs[i] (ascending pair indices r * top_k + j).
@@ -211,7 +214,7 @@ void moe_expert_outputs(ThreadPool& pool, Workspace& ws, const Tensor& x,
   constexpr const char* op = "moe_expert_outputs";
   check_tensor(op, "x", x);
   check_tensor(op, "out", out);
-  check_routing(op, x, routing);
+  check_routing(op, x, routing, Uses::Experts);
   const int64_t n_pairs = x.rows * routing.top_k;
   require(out.rows == n_pairs && out.cols == x.cols, op, "out ", shape(out), " is not [", n_pairs,
           " x ", x.cols, "] (one row per routed pair)");
@@ -227,7 +230,7 @@ void moe_combine(ThreadPool& pool, const backend::Routing& routing, const Tensor
   constexpr const char* op = "moe_combine";
   check_tensor(op, "out", out);
   check_tensor(op, "y", y);
-  check_routing(op, y, routing);
+  check_routing(op, y, routing, Uses::Weights);
   const int64_t T = y.rows;
   const int64_t K = routing.top_k;
   const int64_t n_embd = y.cols;
@@ -249,7 +252,7 @@ void moe_experts(ThreadPool& pool, Workspace& ws, const Tensor& x, const backend
   check_tensor(op, "y", y);
   check_same_shape(op, "x", x, "y", y);
   check_no_overlap(op, "x", x, "y", y);
-  check_routing(op, x, routing);
+  check_routing(op, x, routing, Uses::Both);
   if (x.rows == 0) return;
   const int64_t n_pairs = x.rows * routing.top_k;
   std::vector<int64_t> pairs(static_cast<size_t>(n_pairs));

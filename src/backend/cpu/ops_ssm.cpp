@@ -98,4 +98,22 @@ void gated_delta_rule(ThreadPool& pool, const Tensor& q, const Tensor& k, const 
   });
 }
 
+void ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a, Tensor g) {
+  constexpr const char* op = "ssm_decay";
+  check_tensor(op, "a", a);
+  check_tensor(op, "g", g);
+  check_same_shape(op, "a", a, "g", g);
+  for (const Weight* w : {&dt_bias, &ssm_a})
+    require(w->type == quant::Type::F32 && w->rows == 1 && w->cols == a.cols, op,
+            w == &ssm_a ? "ssm_a" : "dt_bias", " must be F32 [", a.cols, "]");
+  const auto* dt = static_cast<const float*>(dt_bias.data);
+  const auto* scale = static_cast<const float*>(ssm_a.data);
+  for (int64_t t = 0; t < a.rows; ++t)
+    for (int64_t h = 0; h < a.cols; ++h) {
+      const float z = row_at(a, t, h) + dt[h];
+      const float softplus = z > 20.0f ? z : std::log1p(std::exp(z));
+      g.data[t * g.stride + h] = scale[h] * softplus;
+    }
+}
+
 }  // namespace strata::cpu

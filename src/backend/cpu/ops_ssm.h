@@ -31,4 +31,8 @@ void conv1d_silu(ThreadPool& pool, const Tensor& x, Tensor state, const Weight& 
 void gated_delta_rule(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
                       const Tensor& g, const Tensor& beta, Tensor state, int64_t n_heads, Tensor y);
 
+// g[t, h] = ssm_a[h] * softplus(a[t, h] + dt_bias[h]), softplus(z) = z > 20 ? z : log1p(exp(z))
+// (torch's threshold); ssm_a and dt_bias: F32 vectors of a.cols values.
+void ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a, Tensor g);
+
 }  // namespace strata::cpu

@@ -8,6 +8,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/ops.h"
 #include "quant/formats/iq_common.h"
 
 namespace strata::cuda {
@@ -113,6 +114,8 @@ struct Device::Impl {
   DeviceBuffer tables_memory;
   detail::DecodeTables tables{};
   detail::LaunchLimits limits{};
+  DeviceBuffer act_scratch;       // matvec_q's quantized activations
+  detail::DeviceContext context;  // the above, for the backend's launchers
 
   ~Impl() {
     if (stream) {
@@ -152,11 +155,14 @@ Device::Device(int index) : impl_(std::make_unique<Impl>()) {
   int max_grid = 0;
   check(cudaDeviceGetAttribute(&max_grid, cudaDevAttrMaxGridDimX, index), "cudaDeviceGetAttribute");
   impl_->limits.max_blocks = max_grid;
+  impl_->context = {index, impl_->stream, impl_->tables, impl_->limits};
 }
 
 Device::~Device() = default;
 
 const DeviceInfo& Device::info() const { return impl_->info; }
+
+const detail::DeviceContext& Device::context() const { return impl_->context; }
 
 void Device::upload(void* dst, const void* src, size_t bytes) {
   impl_->use();
@@ -190,6 +196,35 @@ void Device::matvec(quant::Type t, const void* w, size_t row_stride, int64_t row
   impl_->use();
   detail::launch_matvec(t, w, row_stride, rows, cols, x, y, impl_->tables, impl_->limits,
                         impl_->stream);
+}
+
+void Device::matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
+                      const float* x, float* y, int tokens, const MatvecQOptions& options) {
+  impl_->use();
+  const detail::MatvecQContext ctx{impl_->info.index, impl_->info.sm_count, impl_->stream,
+                                  impl_->tables,     impl_->limits,         impl_->act_scratch};
+  detail::run_matvec_q(t, w, row_stride, rows, cols, x, y, tokens, options, ctx);
+}
+
+void Device::quantize_act(quant::ActFormat f, const float* x, void* out, int64_t cols,
+                          int tokens) {
+  impl_->use();
+  detail::launch_quantize_act(f, x, cols, tokens, out, quantized_act_stride(f, cols),
+                              impl_->limits, impl_->stream);
+}
+
+}  // namespace strata::cuda
+
+namespace strata::cuda {
+
+void Device::act_round_trip(quant::ActFormat f, const float* x, float* out, int64_t rows,
+                            int64_t cols) {
+  impl_->use();
+  if (rows < 0 || cols < 0 || cols % quant::act_block_elems(f) != 0)
+    fail("CUDA quantize_act: [", rows, " x ", cols, "] is not whole blocks of ",
+         quant::act_block_elems(f));
+  detail::launch_quantize_act(impl_->context, f,
+                              backend::Tensor{const_cast<float*>(x), rows, cols, cols}, out);
 }
 
 }  // namespace strata::cuda

@@ -1,0 +1,394 @@
+// CudaBackend's element-wise, norm, rope, attention, QSA and recurrent ops: the CPU backend's
+// shape checks (same messages, so a bad call fails the same way on either backend), host spans
+// staged to the device, then one launch (ops.h).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/cuda_backend_impl.h"
+
+namespace strata::backend {
+
+namespace detail = cuda::detail;
+
+namespace {
+
+// Ids with one value per row of a tensor of `rows` rows (the values are device memory: the
+// kernels keep out-of-range positions from touching memory outside the cache).
+void check_row_ids(const char* op, const char* name, const Ids& ids, int64_t rows) {
+  require(ids.size() == rows && (ids.data || rows == 0), op, name, " [", ids.rows, " x ", ids.cols,
+          "] should hold one value per each of ", rows, " rows");
+}
+
+void check_f32_weight(const char* op, const Weight& w) {
+  require(w.type == quant::Type::F32 && w.data, op, "the weight must be F32 with data");
+}
+
+}  // namespace
+
+void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  constexpr const char* op = "rms_norm";
+  check_tensor(op, "x", x);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  require(group > 0 && x.cols % group == 0, op, "group ", group, " does not divide the ", x.cols,
+          " columns of x");
+  const float* wf = nullptr;
+  if (w) {
+    check_f32_weight(op, *w);
+    require(w->rows * w->cols == group, op, "the weight has ", w->rows * w->cols,
+            " values but the group is ", group);
+    impl_->check_device_weight(op, "the weight", *w);
+    wf = static_cast<const float*>(w->data);
+  }
+  detail::launch_rms_norm(impl_->ctx, x, wf, group, eps, y);
+}
+
+void CudaBackend::l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  constexpr const char* op = "l2_norm";
+  check_tensor(op, "x", x);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  require(group > 0 && x.cols % group == 0, op, "group ", group, " does not divide the ", x.cols,
+          " columns of x");
+  detail::launch_l2_norm(impl_->ctx, x, group, eps, y);
+}
+
+void CudaBackend::signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t group, float scale,
+                                  Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  constexpr const char* op = "signed_sqrt_dot";
+  check_tensor(op, "a", a);
+  check_tensor(op, "b", b);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "a", a, "b", b);
+  require(group > 0 && a.cols % group == 0 && y.rows == a.rows && y.cols == a.cols / group, op,
+          "y ", shape(y), " should have one column per group of ", group, " of a ", shape(a));
+  check_no_overlap(op, "a", a, "y", y);
+  check_no_overlap(op, "b", b, "y", y);
+  detail::launch_signed_sqrt_dot(impl_->ctx, a, b, group, scale, y);
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  constexpr const char* op = "add";
+  check_tensor(op, "a", a);
+  check_tensor(op, "b", b);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "a", a, "b", b);
+  check_same_shape(op, "a", a, "y", y);
+  detail::launch_add(impl_->ctx, a, b, y);
+}
+
+void CudaBackend::scale(const Tensor& x, float s, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  constexpr const char* op = "scale";
+  check_tensor(op, "x", x);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  detail::launch_scale(impl_->ctx, x, s, y);
+}
+
+void CudaBackend::mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  constexpr const char* op = "mul_sigmoid";
+  check_tensor(op, "x", x);
+  check_tensor(op, "gate", gate);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  require(gate.rows == x.rows && (gate.cols == x.cols || gate.cols == 1), op, "gate ", shape(gate),
+          " must be ", shape(x), " or [", x.rows, " x 1]");
+  detail::launch_mul_sigmoid(impl_->ctx, x, gate, y);
+}
+
+void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  constexpr const char* op = "swiglu";
+  check_tensor(op, "gate", gate);
+  check_tensor(op, "up", up);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "gate", gate, "up", up);
+  check_same_shape(op, "gate", gate, "y", y);
+  detail::launch_swiglu(impl_->ctx, gate, up, y);
+}
+
+void CudaBackend::split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> widths,
+                               std::span<Tensor> outs) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  constexpr const char* op = "split_groups";
+  check_tensor(op, "x", x);
+  require(widths.size() == outs.size() && !widths.empty(), op, widths.size(), " widths for ",
+          outs.size(), " outputs");
+  require(widths.size() <= size_t(detail::kMaxSplitParts), op, widths.size(),
+          " parts; the CUDA backend splits into at most ", detail::kMaxSplitParts);
+  require(n_groups > 0, op, "n_groups must be positive, not ", n_groups);
+  int64_t group = 0;
+  detail::SplitParts parts;
+  parts.n = int(widths.size());
+  for (size_t i = 0; i < widths.size(); ++i) {
+    require(widths[i] > 0, op, "width ", i, " is ", widths[i]);
+    check_tensor(op, "an output", outs[i]);
+    require(outs[i].rows == x.rows && outs[i].cols == n_groups * widths[i], op, "output ", i, " ",
+            shape(outs[i]), " should be [", x.rows, " x ", n_groups * widths[i], "]");
+    require(!overlaps(x, outs[i]), op, "output ", i, " overlaps x");
+    group += widths[i];
+    parts.width[i] = widths[i];
+    parts.out[i] = outs[i].data;
+    parts.out_stride[i] = outs[i].stride;
+  }
+  require(group * n_groups == x.cols, op, n_groups, " groups of ", group, " columns do not make x ",
+          shape(x));
+  detail::launch_split_groups(impl_->ctx, x, n_groups, parts);
+}
+
+void CudaBackend::rope_neox(Tensor x, const Ids& positions, int64_t head_dim, int64_t rope_dim,
+                            float theta) {
+  constexpr const char* op = "rope_neox";
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  check_tensor(op, "x", x);
+  check_row_ids(op, "positions", positions, x.rows);
+  require(head_dim > 0 && x.cols % head_dim == 0, op, "head_dim ", head_dim,
+          " does not divide the ", x.cols, " columns of x");
+  require(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim, op, "rope_dim ", rope_dim,
+          " must be even and within head_dim ", head_dim);
+  require(theta > 0.0f, op, "theta must be positive, not ", theta);
+  detail::launch_rope_neox(impl_->ctx, x, positions.data, impl_->rope_inv_freq(theta, rope_dim),
+                           head_dim, rope_dim);
+}
+
+const float* CudaBackend::Impl::rope_inv_freq(float theta, int64_t rope_dim) {
+  auto it = rope_tables.find({theta, rope_dim});
+  if (it != rope_tables.end()) return it->second.as<float>();
+  // The CPU's own fp32 inverse frequencies (ops_rope.cpp).
+  std::vector<float> inv_freq(size_t(rope_dim / 2));
+  for (int64_t i = 0; i < rope_dim / 2; ++i) {
+    const float exponent = float(2 * i) / float(rope_dim);
+    inv_freq[size_t(i)] = 1.0f / float(std::pow(double(theta), double(exponent)));
+  }
+  cuda::DeviceBuffer table(inv_freq.size() * sizeof(float));
+  device.upload(table.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
+  return rope_tables.emplace(std::make_pair(theta, rope_dim), std::move(table))
+      .first->second.as<float>();
+}
+
+void CudaBackend::kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, const Tensor& v,
+                           const Ids& positions) {
+  constexpr const char* op = "kv_write";
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  check_tensor(op, "k_cache", k_cache);
+  check_tensor(op, "v_cache", v_cache);
+  check_tensor(op, "k", k);
+  check_tensor(op, "v", v);
+  require(k.cols == k_cache.cols, op, "k ", shape(k), " and k_cache ", shape(k_cache),
+          " differ in width");
+  require(v.cols == v_cache.cols, op, "v ", shape(v), " and v_cache ", shape(v_cache),
+          " differ in width");
+  require(k.rows == v.rows, op, "k has ", k.rows, " rows, v ", v.rows);
+  check_row_ids(op, "positions", positions, k.rows);
+  detail::launch_kv_write(impl_->ctx, k_cache, v_cache, k, v, positions.data);
+}
+
+namespace {
+
+void check_attention(const char* op, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                     int64_t n_head, int64_t n_head_kv, int64_t head_dim, const Tensor& y) {
+  check_tensor(op, "q", q);
+  check_tensor(op, "k_cache", k_cache);
+  check_tensor(op, "v_cache", v_cache);
+  check_tensor(op, "y", y);
+  require(n_head > 0 && n_head_kv > 0 && head_dim > 0 && n_head % n_head_kv == 0, op, "n_head ",
+          n_head, " must be a positive multiple of n_head_kv ", n_head_kv, " (head_dim ", head_dim,
+          ")");
+  require(head_dim <= detail::kMaxHeadDim, op, "head_dim ", head_dim,
+          " exceeds the CUDA backend's ", detail::kMaxHeadDim);
+  require(q.cols == n_head * head_dim, op, "q ", shape(q), " should have ", n_head, " x ", head_dim,
+          " columns");
+  require(k_cache.cols == n_head_kv * head_dim && v_cache.cols == k_cache.cols, op, "k_cache ",
+          shape(k_cache), " and v_cache ", shape(v_cache), " should have ", n_head_kv, " x ",
+          head_dim, " columns");
+  check_same_shape(op, "q", q, "y", y);
+  check_no_overlap(op, "q", q, "y", y);
+  check_no_overlap(op, "k_cache", k_cache, "y", y);
+  check_no_overlap(op, "v_cache", v_cache, "y", y);
+}
+
+}  // namespace
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                            const Ids& positions, int64_t n_head, int64_t n_head_kv,
+                            int64_t head_dim, float scale, Tensor y) {
+  constexpr const char* op = "attention";
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  check_row_ids(op, "positions", positions, q.rows);
+  check_attention(op, q, k_cache, v_cache, n_head, n_head_kv, head_dim, y);
+  detail::AttendRows rows;
+  rows.positions = positions.data;
+  detail::launch_attention(impl_->ctx, q, k_cache, v_cache, rows, n_head, n_head_kv, head_dim,
+                           scale, y);
+}
+
+void CudaBackend::attention_selected(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                     const Ids& selected, const Ids& counts, int64_t n_head,
+                                     int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) {
+  constexpr const char* op = "attention_selected";
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  check_row_ids(op, "counts", counts, q.rows);
+  require(selected.rows == q.rows && (selected.data || q.rows == 0), op, "selected [",
+          selected.rows, " x ", selected.cols, "] should have one row per each of ", q.rows,
+          " rows");
+  check_attention(op, q, k_cache, v_cache, n_head, n_head_kv, head_dim, y);
+  detail::AttendRows rows;
+  rows.selected = selected.data;
+  rows.stride = selected.cols;
+  rows.counts = counts.data;
+  detail::launch_attention(impl_->ctx, q, k_cache, v_cache, rows, n_head, n_head_kv, head_dim,
+                           scale, y);
+}
+
+void CudaBackend::block_scores(const Tensor& q, const Tensor& keys, const Ids& positions,
+                               int64_t block, int64_t n_head, int64_t head_dim, float scale,
+                               Tensor y) {
+  constexpr const char* op = "block_scores";
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  check_tensor(op, "q", q);
+  check_tensor(op, "keys", keys);
+  check_tensor(op, "y", y);
+  require(n_head > 0 && head_dim > 0 && q.cols == n_head * head_dim && keys.cols == head_dim, op,
+          "q ", shape(q), " and keys ", shape(keys), " do not fit ", n_head, " heads of ",
+          head_dim);
+  require(block > 0, op, "block size ", block);
+  require(y.rows == q.rows, op, "y ", shape(y), " for ", q.rows, " rows");
+  check_row_ids(op, "positions", positions, q.rows);
+  require(keys.rows >= y.cols, op, "y has ", y.cols, " columns but there are only ", keys.rows,
+          " keys");
+  check_no_overlap(op, "q", q, "y", y);
+  check_no_overlap(op, "keys", keys, "y", y);
+  detail::launch_block_scores(impl_->ctx, q, keys, nullptr, positions.data, block, n_head,
+                              head_dim, scale, y);
+}
+
+void CudaBackend::block_mean(const Tensor& x, int64_t block, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  constexpr const char* op = "block_mean";
+  check_tensor(op, "x", x);
+  check_tensor(op, "y", y);
+  require(block > 0 && x.rows == y.rows * block && x.cols == y.cols, op, "x ", shape(x),
+          " is not ", y.rows, " blocks of ", block, " rows of y ", shape(y));
+  check_no_overlap(op, "x", x, "y", y);
+  detail::launch_block_mean(impl_->ctx, x, block, y);
+}
+
+void CudaBackend::qsa_select(const Tensor& scores, const Ids& positions, int64_t block,
+                             int64_t top_blocks, Ids selected, Ids counts) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  constexpr const char* op = "qsa_select";
+  check_tensor(op, "scores", scores);
+  const int64_t T = scores.rows;
+  require(block > 0 && top_blocks >= 0, op, "block ", block, " and top_blocks ", top_blocks,
+          " must be positive");
+  require(positions.data && positions.size() == T && counts.data && counts.size() == T, op,
+          "positions [", positions.rows, " x ", positions.cols, "] and counts [", counts.rows,
+          " x ", counts.cols, "] should hold one value per row of scores ", shape(scores));
+  require(selected.data && selected.rows == T && selected.cols >= top_blocks * block + block - 1,
+          op, "selected [", selected.rows, " x ", selected.cols, "] should be [", T, " x >= ",
+          top_blocks * block + block - 1, "]");
+  detail::launch_qsa_select(impl_->ctx, scores, positions.data, block, top_blocks, selected.data,
+                            selected.cols, counts.data);
+}
+
+void CudaBackend::conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Tensor y) {
+  conv1d_dilated_silu(x, state, w, 1, y);
+}
+
+void CudaBackend::conv1d_dilated_silu(const Tensor& x, Tensor state, const Weight& w,
+                                      int64_t dilation, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  constexpr const char* op = "conv1d_silu";
+  require(dilation >= 1, op, "dilation ", dilation, " must be >= 1");
+  check_tensor(op, "x", x);
+  check_tensor(op, "state", state);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  check_f32_weight(op, w);
+  require(w.rows == x.cols && w.cols >= 1, op, "the weight [", w.rows, " x ", w.cols,
+          "] should have one row per channel of x ", shape(x));
+  require(w.row_stride == size_t(w.cols) * 4, op, "the weight rows must be contiguous");
+  impl_->check_device_weight(op, "the weight", w);
+  const int64_t S = (w.cols - 1) * dilation;
+  require(state.rows == S && state.cols == x.cols, op, "state ", shape(state), " should be [", S,
+          " x ", x.cols, "]");
+  check_no_overlap(op, "x", x, "y", y);
+  check_no_overlap(op, "state", state, "y", y);
+  check_no_overlap(op, "state", state, "x", x);
+  detail::launch_conv1d_silu(impl_->ctx, x, state, static_cast<const float*>(w.data), w.cols,
+                             dilation, y);
+}
+
+void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& g, const Tensor& beta, Tensor state,
+                                   int64_t n_heads, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  constexpr const char* op = "gated_delta_rule";
+  check_tensor(op, "q", q);
+  check_tensor(op, "k", k);
+  check_tensor(op, "v", v);
+  check_tensor(op, "g", g);
+  check_tensor(op, "beta", beta);
+  check_tensor(op, "state", state);
+  check_tensor(op, "y", y);
+  require(n_heads > 0 && q.cols % n_heads == 0 && v.cols % n_heads == 0, op, "n_heads ", n_heads,
+          " must divide q ", shape(q), " and v ", shape(v));
+  check_same_shape(op, "q", q, "k", k);
+  check_same_shape(op, "v", v, "y", y);
+  const int64_t T = q.rows, dk = q.cols / n_heads, dv = v.cols / n_heads;
+  require(v.rows == T && g.rows == T && beta.rows == T, op, "q, v, g and beta differ in rows (", T,
+          ", ", v.rows, ", ", g.rows, ", ", beta.rows, ")");
+  require(g.cols == n_heads && beta.cols == n_heads, op, "g ", shape(g), " and beta ", shape(beta),
+          " should have one column per head (", n_heads, ")");
+  require(state.rows == n_heads * dk && state.cols == dv && state.stride == dv, op, "state ",
+          shape(state), " should be a contiguous [", n_heads * dk, " x ", dv, "]");
+  for (const Tensor* in : std::initializer_list<const Tensor*>{&q, &k, &v, &g, &beta, &state})
+    require(!overlaps(*in, y), op, "y overlaps an input");
+  for (const Tensor* in : std::initializer_list<const Tensor*>{&q, &k, &v, &g, &beta})
+    require(!overlaps(*in, state), op, "the state overlaps an input");
+  detail::launch_gated_delta_rule(impl_->ctx, q, k, v, g, beta, state, n_heads, y);
+}
+
+void CudaBackend::ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a, Tensor g) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op();
+  constexpr const char* op = "ssm_decay";
+  check_tensor(op, "a", a);
+  check_tensor(op, "g", g);
+  check_same_shape(op, "a", a, "g", g);
+  for (const Weight* w : {&dt_bias, &ssm_a}) {
+    check_f32_weight(op, *w);
+    require(w->rows * w->cols == a.cols, op, "dt_bias and ssm_a need ", a.cols,
+            " values (one per head), not ", w->rows * w->cols);
+    impl_->check_device_weight(op, w == &dt_bias ? "dt_bias" : "ssm_a", *w);
+  }
+  detail::launch_ssm_decay(impl_->ctx, a, static_cast<const float*>(dt_bias.data),
+                           static_cast<const float*>(ssm_a.data), g);
+}
+
+}  // namespace strata::backend

@@ -1,0 +1,120 @@
+// Device::matvec_q: checks the shapes, quantizes the activations once into the device scratch
+// (the CPU backend's layout for the format), and runs the format's integer kernel; formats
+// without one run the fp32 mat-vec once per activation.
+#include <climits>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/launch.h"
+
+namespace strata::cuda {
+
+bool has_matvec_q(quant::Type t) {
+  switch (t) {
+    case quant::Type::Q8_0:
+    case quant::Type::Q4_K:
+    case quant::Type::IQ2_XS:
+    case quant::Type::FP8_E4M3:
+      return true;
+    default:
+      return false;
+  }
+}
+
+size_t quantized_act_stride(quant::ActFormat f, int64_t cols) {
+  return (quant::act_bytes(f, cols) + 15) / 16 * 16;
+}
+
+namespace detail {
+
+namespace mvq {
+void launch_matvec_q_q8_0(const MatvecQLaunch& l);
+void launch_matvec_q_q4_k(const MatvecQLaunch& l);
+void launch_matvec_q_iq2_xs(const MatvecQLaunch& l);
+void launch_matvec_q_fp8(const MatvecQLaunch& l);
+}  // namespace mvq
+
+void launch_matvec_q(quant::Type t, const MatvecQLaunch& l) {
+  switch (t) {
+    case quant::Type::Q8_0:
+      return mvq::launch_matvec_q_q8_0(l);
+    case quant::Type::Q4_K:
+      return mvq::launch_matvec_q_q4_k(l);
+    case quant::Type::IQ2_XS:
+      return mvq::launch_matvec_q_iq2_xs(l);
+    case quant::Type::FP8_E4M3:
+      return mvq::launch_matvec_q_fp8(l);
+    default:
+      fail("CUDA matvec_q: no integer kernel for ", quant::type_name(t));
+  }
+}
+
+void run_matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
+                  const float* x, float* y, int tokens, const MatvecQOptions& options,
+                  const MatvecQContext& ctx) {
+  const char* name = quant::type_name(t);
+  if (tokens < 1 || tokens > kMaxMatvecTokens)
+    fail("CUDA matvec_q ", name, ": ", tokens, " activations, expected 1 to ", kMaxMatvecTokens);
+  if (options.rows_per_warp != 0 && options.rows_per_warp != 4 && options.rows_per_warp != 8)
+    fail("CUDA matvec_q ", name, ": rows_per_warp ", options.rows_per_warp, " is not 0, 4 or 8");
+  if (options.grid_copies != 0 && options.grid_copies != 1 && options.grid_copies != 8 &&
+      options.grid_copies != 32)
+    fail("CUDA matvec_q ", name, ": grid_copies ", options.grid_copies, " is not 0, 1, 8 or 32");
+
+  if (!has_matvec_q(t)) {
+    // launch_matvec checks its own shapes and alignment.
+    for (int k = 0; k < tokens; ++k)
+      launch_matvec(t, w, row_stride, rows, cols, x + k * cols, y + k * rows, ctx.tables,
+                    ctx.limits, ctx.stream);
+    return;
+  }
+
+  const quant::TypeInfo& info = quant::type_info(t);
+  const quant::ActFormat act = quant::kernels(t).act;
+  const int64_t act_block = quant::act_block_elems(act);
+  if (cols <= 0 || cols % info.block_elems != 0 || cols % act_block != 0 ||
+      cols / info.block_elems > INT_MAX / 2)
+    fail("CUDA matvec_q ", name, ": ", cols, " columns is not a positive multiple of the block (",
+         info.block_elems, ")");
+  if (rows < 0) fail("CUDA matvec_q ", name, ": negative row count ", rows);
+  if (row_stride < quant::row_bytes(info, cols))
+    fail("CUDA matvec_q ", name, ": row stride ", row_stride, " is shorter than a row (",
+         quant::row_bytes(info, cols), " bytes)");
+  if (reinterpret_cast<uintptr_t>(w) % 2 != 0 || row_stride % 2 != 0 ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    fail("CUDA matvec_q ", name,
+         ": weights and row stride need 2-byte alignment, the activation 16");
+  if (rows == 0) return;
+
+  MatvecQLaunch l{};
+  l.w = w;
+  l.row_stride = row_stride;
+  l.rows = rows;
+  l.blocks = cols / info.block_elems;
+  l.tokens = tokens;
+  l.y = y;
+  l.tables = ctx.tables;
+  l.rows_per_warp = options.rows_per_warp;  // 0: the kernels' default (4)
+  l.grid_copies = options.grid_copies;
+  l.device = ctx.device;
+  l.sm_count = ctx.sm_count;
+  l.stream = ctx.stream;
+
+  if (act == quant::ActFormat::F32) {
+    l.act = x;
+    l.act_stride = size_t(cols) * sizeof(float);
+  } else {
+    const size_t stride = quantized_act_stride(act, cols), bytes = stride * size_t(tokens);
+    if (ctx.scratch.size() < bytes) {
+      // The old scratch may still be read by queued work.
+      check(cudaStreamSynchronize(ctx.stream), "matvec_q scratch");
+      ctx.scratch = DeviceBuffer(bytes);
+    }
+    launch_quantize_act(act, x, cols, tokens, ctx.scratch.data(), stride, ctx.limits, ctx.stream);
+    l.act = ctx.scratch.data();
+    l.act_stride = stride;
+  }
+  launch_matvec_q(t, l);
+}
+
+}  // namespace detail
+}  // namespace strata::cuda

@@ -1,0 +1,270 @@
+// The skeleton shared by the integer mat-vecs (matvec_q_*.cu): a CTA of kWarps warps computes
+// kWarps * R rows of y = W a for T activations a (the activation already in the layout the CPU
+// backend pairs with the format: Q8_0 or Q8_K blocks, or fp32), walking the rows in steps of kStep
+// blocks; each warp owns R of the rows.
+//
+// Each step's bytes (a chunk of every row of the CTA, and one chunk of each activation, shared by
+// all warps) are copied with cp.async into a shared-memory stage, coalesced, while the CTA
+// computes the previous step from the other stage; a format's lanes then read whatever part of a
+// chunk they own with aligned shared loads. That decouples the global access pattern (contiguous
+// runs of at least a kilobyte per row, as wide as the alignment allows) from the lane mapping each
+// format needs for its integer dot products. (A first version staged 272-592 bytes per row and
+// per warp: DRAM reached only 40-50% of the copy rate with runs that short.)
+//
+// Exactness: a format's step() forms each block's integer sum exactly (dp4a, integer shuffles) and
+// applies the float operations of its CPU dot_ref in the same order (per-lane chains b % 8, one
+// chain, or eight element lanes), so every y equals quant::kernels(t).dot_ref(row, act, cols) bit
+// for bit, whatever R, T, the grid or the run. A row's arithmetic never depends on the other rows
+// or activations of its CTA, so a T-activation call equals T one-activation calls.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/launch.h"
+
+namespace strata::cuda::detail::mvq {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr unsigned kFull = 0xffffffffu;
+
+// What a kernel needs besides its format's constants.
+struct Args {
+  const uint8_t* w;
+  size_t row_stride;
+  int64_t rows;
+  int nb;      // blocks per row
+  int nsteps;  // ceil(nb / kStep)
+  const uint8_t* act;
+  size_t act_stride;   // bytes between the activations of consecutive tokens
+  int tokens;          // activations present, <= the kernel's T
+  float* y;            // y[t * rows + r]
+  int w_unit, a_unit;  // copy granularity (bytes) for weight and activation chunks
+  const uint64_t* iq2xs_grid;
+};
+
+// Copies ------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async(void* dst, const void* src) {
+  if constexpr (N == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src)
+                 : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(shared_address(dst)), "l"(src),
+                 "n"(N)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// `bytes` from global src to 16-byte aligned shared dst, by the 32 lanes of a warp, in pieces of
+// `unit` bytes (16, 8, 4 asynchronously; 2 with plain loads and stores); unit divides bytes and
+// the address of src. Consecutive lanes take consecutive pieces, so each request is coalesced.
+__device__ __forceinline__ void warp_copy(uint8_t* dst, const uint8_t* src, int bytes, int unit,
+                                          int lane) {
+  switch (unit) {
+    case 16:
+      for (int o = 16 * lane; o < bytes; o += 16 * 32) cp_async<16>(dst + o, src + o);
+      break;
+    case 8:
+      for (int o = 8 * lane; o < bytes; o += 8 * 32) cp_async<8>(dst + o, src + o);
+      break;
+    case 4:
+      for (int o = 4 * lane; o < bytes; o += 4 * 32) cp_async<4>(dst + o, src + o);
+      break;
+    default:
+      for (int o = 2 * lane; o < bytes; o += 2 * 32)
+        *reinterpret_cast<uint16_t*>(dst + o) = __ldg(reinterpret_cast<const uint16_t*>(src + o));
+      break;
+  }
+}
+
+// Small integer and float helpers
+// --------------------------------------------------------------------
+
+__device__ __forceinline__ float half_bits_to_float(uint32_t h) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+}
+
+__device__ __forceinline__ uint32_t ld_shared_u32(const uint8_t* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// Sum of v over the lanes of each aligned group of `width` lanes (a power of two, <= 32); exact for
+// integers, so the order of the butterfly does not matter.
+template <int width>
+__device__ __forceinline__ int group_sum(int v) {
+#pragma unroll
+  for (int o = 1; o < width; o <<= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+// Reduce-scatter of N values per lane over each aligned group of 8 lanes: at every lane offset
+// (4, 2, 1) a lane keeps half of its values, sends the other half to its partner and adds what it
+// receives, so N values cost N - 1 shuffles instead of 3N. Lane j ends with the group's sum of
+// value j >> (3 - log2 N) (N = 8: value j). Exact: integer sums do not depend on the order.
+template <int N, int kOffset>
+__device__ __forceinline__ int reduce_scatter_round(int* v, int j) {
+  if constexpr (kOffset == 0) {
+    return v[0];
+  } else if constexpr (N == 1) {
+    v[0] += __shfl_xor_sync(kFull, v[0], kOffset);
+    return reduce_scatter_round<1, kOffset / 2>(v, j);
+  } else {
+    const bool upper = (j & kOffset) != 0;
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const int send = upper ? v[i] : v[i + N / 2], keep = upper ? v[i + N / 2] : v[i];
+      v[i] = keep + __shfl_xor_sync(kFull, send, kOffset);
+    }
+    return reduce_scatter_round<N / 2, kOffset / 2>(v, j);
+  }
+}
+
+template <int N>
+__device__ __forceinline__ int reduce_scatter8(int (&v)[N], int j) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "1, 2, 4 or 8 values");
+  return reduce_scatter_round<N, 4>(v, j);
+}
+
+// The last step of every float dot of the CPU reference (quant/formats/blocks.h reduce8):
+// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) where lane `stride * c` of an 8-lane group
+// holds l_c (stride 1: lanes c; stride 8: every eighth lane). Every lane of the group ends with the
+// result: each adds the same two values.
+template <int stride>
+__device__ __forceinline__ float reduce8_lanes(float v) {
+  v = __fadd_rn(v, __shfl_xor_sync(kFull, v, 4 * stride));
+  v = __fadd_rn(v, __shfl_xor_sync(kFull, v, 2 * stride));
+  return __fadd_rn(v, __shfl_xor_sync(kFull, v, 1 * stride));
+}
+
+// The kernel --------------------------------------------------------------------------------------
+
+// K (a format's kernel traits) provides R, T, kStep, kBytes, kActBlockBytes, kRowStride,
+// kActStride, kSharedBytes, a zero-constructible Acc, and the device functions init_shared (CTA
+// tables, may __syncthreads), step and finish.
+template <class K>
+constexpr int kCtaRows = kWarps* K::R;
+
+template <class K>
+constexpr int kStageBytes = kCtaRows<K>* K::kRowStride + K::T* K::kActStride;
+
+// Warp w copies its own R row chunks and the chunks of activations w, w + kWarps, ...
+template <class K>
+__device__ __forceinline__ void stage_step(uint8_t* stage, const Args& a, int64_t r0, int t,
+                                           int warp, int lane) {
+  const int blk0 = t * K::kStep;
+  const int nblk = min(K::kStep, a.nb - blk0);
+#pragma unroll
+  for (int rr = 0; rr < K::R; ++rr) {
+    const int row = warp * K::R + rr;
+    // Rows past the end copy the last row again, so every byte a lane reads was written.
+    const int64_t r = min(r0 + row, a.rows - 1);
+    warp_copy(stage + row * K::kRowStride,
+              a.w + size_t(r) * a.row_stride + size_t(blk0) * K::kBytes, nblk * K::kBytes, a.w_unit,
+              lane);
+  }
+  for (int tok = warp; tok < K::T; tok += kWarps) {
+    const int src = min(tok, a.tokens - 1);
+    warp_copy(stage + kCtaRows<K> * K::kRowStride + tok * K::kActStride,
+              a.act + size_t(src) * a.act_stride + size_t(blk0) * K::kActBlockBytes,
+              nblk * K::kActBlockBytes, a.a_unit, lane);
+  }
+}
+
+template <class K>
+__global__ void __launch_bounds__(kThreads) matvec_q_kernel(const Args a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  K::init_shared(smem, a);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint8_t* const stages = smem + K::kSharedBytes;
+  const int64_t groups = (a.rows + kCtaRows<K> - 1) / kCtaRows<K>;
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+    const int64_t r0 = g * kCtaRows<K>;
+    typename K::Acc acc{};
+    stage_step<K>(stages, a, r0, 0, warp, lane);
+    cp_async_commit();
+    for (int t = 0; t < a.nsteps; ++t) {
+      if (t + 1 < a.nsteps)
+        stage_step<K>(stages + ((t + 1) & 1) * kStageBytes<K>, a, r0, t + 1, warp, lane);
+      cp_async_commit();
+      cp_async_wait<1>();  // step t's group has landed (only step t + 1's may be in flight)
+      __syncthreads();     // ... for every thread's copies
+      const uint8_t* stage = stages + (t & 1) * kStageBytes<K>;
+      K::step(stage + warp * K::R * K::kRowStride, stage + kCtaRows<K> * K::kRowStride, smem, a, t,
+              lane, acc);
+      __syncthreads();  // every warp is done reading this stage before it is refilled
+    }
+    K::finish(acc, a, r0 + warp * K::R, lane);
+  }
+}
+
+// Host side ---------------------------------------------------------------------------------------
+
+// The widest copy unit (16, 8, 4 or 2 bytes) that divides every address a chunk copy starts at and
+// every chunk length: the base address, the stride between rows, a full chunk, the last chunk.
+inline int copy_unit(const void* base, size_t stride, size_t full_chunk, size_t last_chunk) {
+  const uint64_t bits = reinterpret_cast<uintptr_t>(base) | stride | full_chunk | last_chunk | 16;
+  return int(bits & (~bits + 1));  // lowest set bit
+}
+
+template <class K>
+void launch(const MatvecQLaunch& l) {
+  Args a{};
+  a.w = static_cast<const uint8_t*>(l.w);
+  a.row_stride = l.row_stride;
+  a.rows = l.rows;
+  a.nb = int(l.blocks);
+  a.nsteps = int((l.blocks + K::kStep - 1) / K::kStep);
+  a.act = static_cast<const uint8_t*>(l.act);
+  a.act_stride = l.act_stride;
+  a.tokens = l.tokens;
+  a.y = l.y;
+  const size_t last = size_t(l.blocks % K::kStep);
+  a.w_unit = copy_unit(l.w, l.row_stride, size_t(K::kStep) * K::kBytes, last * K::kBytes);
+  a.a_unit = copy_unit(l.act, l.act_stride, size_t(K::kStep) * K::kActBlockBytes,
+                       last * K::kActBlockBytes);
+  a.iq2xs_grid = l.tables.iq2xs_grid;
+
+  const size_t smem = size_t(K::kSharedBytes) + 2 * size_t(kStageBytes<K>);
+  // Occupancy per device, looked up once (a launch must not pay for the query).
+  static std::atomic<int> per_sm[kMaxDevices];
+  int blocks_per_sm = l.device < kMaxDevices ? per_sm[l.device].load(std::memory_order_relaxed) : 0;
+  if (blocks_per_sm == 0) {
+    if (smem > 48 * 1024)
+      check(cudaFuncSetAttribute(matvec_q_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(smem)),
+            "cudaFuncSetAttribute");
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, matvec_q_kernel<K>,
+                                                        kThreads, smem),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    if (blocks_per_sm < 1) fail("CUDA matvec_q: kernel does not fit on the device");
+    if (l.device < kMaxDevices) per_sm[l.device].store(blocks_per_sm, std::memory_order_relaxed);
+  }
+  const int64_t groups = (l.rows + kCtaRows<K> - 1) / kCtaRows<K>;
+  const int64_t resident = int64_t(blocks_per_sm) * l.sm_count;
+  const int grid = int(groups < resident ? groups : resident);
+  matvec_q_kernel<K><<<grid, kThreads, smem, l.stream>>>(a);
+  check(cudaGetLastError(), "matvec_q launch");
+}
+
+}  // namespace strata::cuda::detail::mvq

@@ -1,0 +1,182 @@
+// Launchers of the CUDA backend's ops, one op family per ops_*.cu file. Internal: they take device
+// pointers and a DeviceContext (CUDA types), are called by the CudaBackend after it has checked
+// shapes, and only queue work on the context's stream (no synchronization).
+//
+// Every kernel writes each output element from one thread (or one warp, with a fixed shuffle
+// order), with a reduction order that depends on the op's definition alone, never on the number of
+// rows: a T-row call equals T one-row calls bit for bit. No float atomics anywhere.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cuda/launch.h"
+#include "quant/kernels.h"
+#include "quant/types.h"
+
+namespace strata::cuda::detail {
+
+using backend::Tensor;
+
+// Activation layouts as the kernels see them: how a block's scale is stored (Q8_0 keeps it as
+// fp16, Q8_K as fp32) decides the values the quantized activation encodes.
+enum class ActQuant : int { None = 0, Q8_0 = 1, Q8_K = 2 };
+
+inline ActQuant act_quant(quant::ActFormat f) {
+  switch (f) {
+    case quant::ActFormat::Q8_0:
+      return ActQuant::Q8_0;
+    case quant::ActFormat::Q8_K:
+      return ActQuant::Q8_K;
+    default:
+      return ActQuant::None;
+  }
+}
+
+// formats.cu: the alignment decode.cuh's decoder for t assumes of block pointers and row strides
+// (0: no decoder).
+size_t weight_alignment(quant::Type t);
+
+// ops_elementwise.cu ------------------------------------------------------------------------------
+
+void launch_fill(const DeviceContext& ctx, Tensor t, float value);
+// dst = src (shapes equal; src and dst do not overlap).
+void launch_copy(const DeviceContext& ctx, const Tensor& src, Tensor dst);
+void launch_add(const DeviceContext& ctx, const Tensor& a, const Tensor& b, Tensor y);
+void launch_scale(const DeviceContext& ctx, const Tensor& x, float s, Tensor y);
+// gate: x's shape, or one column (per_row).
+void launch_mul_sigmoid(const DeviceContext& ctx, const Tensor& x, const Tensor& gate, Tensor y);
+void launch_swiglu(const DeviceContext& ctx, const Tensor& gate, const Tensor& up, Tensor y);
+
+constexpr int kMaxSplitParts = 8;
+struct SplitParts {
+  int n = 0;
+  int64_t width[kMaxSplitParts] = {};
+  float* out[kMaxSplitParts] = {};
+  int64_t out_stride[kMaxSplitParts] = {};
+};
+void launch_split_groups(const DeviceContext& ctx, const Tensor& x, int64_t n_groups,
+                         const SplitParts& parts);
+
+// ops_norm.cu -------------------------------------------------------------------------------------
+
+// w: `group` floats or null.
+void launch_rms_norm(const DeviceContext& ctx, const Tensor& x, const float* w, int64_t group,
+                     float eps, Tensor y);
+void launch_l2_norm(const DeviceContext& ctx, const Tensor& x, int64_t group, float eps, Tensor y);
+void launch_signed_sqrt_dot(const DeviceContext& ctx, const Tensor& a, const Tensor& b,
+                            int64_t group, float scale, Tensor y);
+
+// ops_rope.cu -------------------------------------------------------------------------------------
+
+// inv_freq: rope_dim / 2 floats, as the CPU computes them on the host.
+void launch_rope_neox(const DeviceContext& ctx, Tensor x, const int32_t* positions,
+                      const float* inv_freq, int64_t head_dim, int64_t rope_dim);
+
+// ops_attention.cu --------------------------------------------------------------------------------
+
+void launch_kv_write(const DeviceContext& ctx, Tensor k_cache, Tensor v_cache, const Tensor& k,
+                     const Tensor& v, const int32_t* positions);
+
+// Which cache positions row r attends to, in order: 0..positions[r] (dense: `positions` set), or
+// selected[begin(r) + i] for i < count(r), where begin(r) = offsets ? offsets[r] : r * stride and
+// count(r) = offsets ? offsets[r + 1] - offsets[r] : counts[r].
+struct AttendRows {
+  const int32_t* positions = nullptr;
+  const int32_t* selected = nullptr;
+  const int64_t* offsets = nullptr;
+  int64_t stride = 0;
+  const int32_t* counts = nullptr;
+};
+// head_dim <= kMaxHeadDim.
+constexpr int64_t kMaxHeadDim = 512;
+void launch_attention(const DeviceContext& ctx, const Tensor& q, const Tensor& k_cache,
+                      const Tensor& v_cache, const AttendRows& rows, int64_t n_head,
+                      int64_t n_head_kv, int64_t head_dim, float scale, Tensor y);
+// Row r scores blocks b < count(r): counts[r], or (positions[r] + 1) / block where counts is null.
+void launch_block_scores(const DeviceContext& ctx, const Tensor& q, const Tensor& keys,
+                         const int32_t* counts, const int32_t* positions, int64_t block,
+                         int64_t n_head, int64_t head_dim, float scale, Tensor y);
+
+// ops_qsa.cu --------------------------------------------------------------------------------------
+
+void launch_block_mean(const DeviceContext& ctx, const Tensor& x, int64_t block, Tensor y);
+// rows = scores.rows; selected rows are sel_cols apart; counts one per row.
+void launch_qsa_select(const DeviceContext& ctx, const Tensor& scores, const int32_t* positions,
+                       int64_t block, int64_t top_blocks, int32_t* selected, int64_t sel_cols,
+                       int32_t* counts);
+
+// ops_ssm.cu --------------------------------------------------------------------------------------
+
+// w: [C, K] contiguous; state [(K-1)*dilation, C].
+void launch_conv1d_silu(const DeviceContext& ctx, const Tensor& x, Tensor state, const float* w,
+                        int64_t kernel, int64_t dilation, Tensor y);
+void launch_gated_delta_rule(const DeviceContext& ctx, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const Tensor& g, const Tensor& beta, Tensor state,
+                             int64_t n_heads, Tensor y);
+void launch_ssm_decay(const DeviceContext& ctx, const Tensor& a, const float* dt_bias,
+                      const float* ssm_a, Tensor g);
+
+// ops_matmul.cu -----------------------------------------------------------------------------------
+
+// out [x.rows, x.cols] contiguous = x with each block replaced by what its quantization in layout
+// f encodes (quant::quantize_act, dequantized): the activation the CPU's dot products see.
+// x.cols is a multiple of the layout's block.
+void launch_quantize_act(const DeviceContext& ctx, quant::ActFormat f, const Tensor& x, float* out);
+// y[r, o] = W[o, :] . act[r, :] for r < y.rows, o < rows: the mat-vec of matvec.cu (same lanes,
+// same order, so bitwise Device::matvec) with the weight decoded once for up to 8 activations.
+// act rows are act_stride floats apart, 16-byte aligned.
+void launch_matmul(const DeviceContext& ctx, quant::Type t, const void* w, size_t row_stride,
+                   int64_t rows, int64_t cols, const float* act, int64_t act_stride, Tensor y);
+// y[r] = dequantized table row ids[r].
+// A row whose id is outside [0, table_rows) is written as zeros.
+void launch_get_rows(const DeviceContext& ctx, quant::Type t, const void* table, size_t row_stride,
+                     int64_t cols, const int32_t* ids, int64_t table_rows, Tensor y);
+
+// ops_moe.cu ----------------------------------------------------------------------------------------
+
+// One expert of a table as the MoE kernels read it: matrices 0 gate, 1 up, 2 down.
+struct ExpertEntry {
+  const void* w[3];
+  uint64_t row_stride[3];
+  int32_t rows[3];
+  int32_t cols[3];
+  int32_t type[3];  // quant::Type
+  int32_t act[3];   // ActQuant of the matrix's activation layout
+};
+
+// Device scratch of one MoE call; the launcher fills groups from the expert ids.
+struct MoeBuffers {
+  int32_t* n_active;  // 1: experts with at least one listed pair
+  int32_t* active;    // [max_slots] their ids, ascending
+  int32_t* first;     // [max_slots] their first item
+  int32_t* count;     // [max_slots] their item count
+  int32_t* items;     // [n_listed] listed indices grouped by expert, ascending within one
+  int32_t* slot_of;   // [n_experts] scratch
+  float* x_act[3];    // x in each ActQuant layout the table's gate/up use ([T, n_embd])
+  int64_t x_act_stride[3];
+  float* gate;        // [n_listed, ff_stride]
+  float* up;          // [n_listed, ff_stride]
+  float* hidden;      // [n_listed, ff_stride]: swiglu(gate, up) in down's activation layout
+  int64_t ff_stride;  // >= every down's cols, a multiple of 4
+};
+
+// The pairs listed (pair p = r * top_k + j, `listed` ascending; null: all n_listed pairs) of the
+// routing `expert_ids` ([T * top_k]): out row p = FFN_{expert_ids[p]}(x row p / top_k).
+// gate_up_types / down_types: the weight types present in the table (a kernel per type).
+void launch_moe_expert_outputs(const DeviceContext& ctx, const ExpertEntry* table,
+                               int64_t n_experts, const int32_t* expert_ids, int64_t top_k,
+                               const int32_t* listed, int64_t n_listed, const Tensor& x,
+                               const quant::Type* gate_up_types, int n_gate_up_types,
+                               const quant::Type* down_types, int n_down_types, int64_t max_ff,
+                               const MoeBuffers& buf, Tensor out);
+// y[r] += sum over j in rank order of weights[r * top_k + j] * out[r * top_k + j].
+void launch_moe_combine(const DeviceContext& ctx, const float* weights, int64_t top_k,
+                        const Tensor& out, Tensor y);
+// Per row: softmax (max-subtracted, column-order sum), top-k (ties: lower id), optional
+// renormalization, into experts / weights [rows * top_k].
+void launch_route_softmax_topk(const DeviceContext& ctx, const Tensor& logits, int64_t top_k,
+                               bool renormalize, int32_t* experts, float* weights);
+
+}  // namespace strata::cuda::detail

@@ -1,0 +1,188 @@
+// Attention over a layer's KV cache and the QSA block scores. One warp per (row, head): each half
+// of the warp computes one position's score in the CPU's lane order (half_warp_dot's layout, with
+// the query held in registers), so two positions are scored per step; the online softmax then
+// takes them in position order exactly as ops_attention.cpp does (exp(m - s) rescales, fma
+// accumulation, acc * (1 / l) at the end). Scores equal the CPU's bit for bit; the outputs differ
+// from the CPU only through expf's rounding.
+#include <algorithm>
+#include "backend/cuda/check.h"
+#include "backend/cuda/ops.h"
+#include "backend/cuda/ops_common.cuh"
+
+namespace strata::cuda::detail {
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+
+__global__ void kv_write_kernel(float* kc, int64_t kc_stride, float* vc, int64_t vc_stride,
+                                const float* __restrict__ k, int64_t k_stride, int64_t k_cols,
+                                const float* __restrict__ v, int64_t v_stride, int64_t v_cols,
+                                int64_t rows, const int32_t* __restrict__ positions,
+                                int64_t cache_rows) {
+  const int64_t width = k_cols + v_cols, n = rows * width;
+  for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
+       u += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = u / width, c = u % width, p = positions[r];
+    if (p < 0 || p >= cache_rows) continue;  // a bad position writes nothing outside the cache
+    if (c < k_cols)
+      kc[p * kc_stride + c] = k[r * k_stride + c];
+    else
+      vc[p * vc_stride + (c - k_cols)] = v[r * v_stride + (c - k_cols)];
+  }
+}
+
+struct RowRange {
+  int64_t begin, count;
+  bool dense;
+};
+
+__device__ __forceinline__ RowRange row_range(const AttendRows& a, int64_t r) {
+  if (a.positions) return {0, int64_t(a.positions[r]) + 1, true};
+  if (a.offsets) return {a.offsets[r], a.offsets[r + 1] - a.offsets[r], false};
+  return {r * a.stride, a.counts[r], false};
+}
+
+template <int kHD>
+__global__ void __launch_bounds__(kThreads)
+    attention_kernel(const float* __restrict__ q, int64_t q_stride, const float* __restrict__ kc,
+                     int64_t kc_stride, const float* __restrict__ vc, int64_t vc_stride,
+                     AttendRows rows_of, int64_t rows, int64_t n_head, int64_t group,
+                     int64_t head_dim, float scale, float* __restrict__ y, int64_t y_stride) {
+  constexpr int kChain = kHD / 16;  // dims per lane in the score's lane order
+  constexpr int kAcc = kHD / 32;    // dims per lane of the accumulator
+  const int lane = threadIdx.x & 31, l16 = lane & 15, half = lane >> 4;
+  const int64_t units = rows * n_head;
+  for (int64_t u = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; u < units;
+       u += int64_t(gridDim.x) * kWarps) {
+    const int64_t r = u / n_head, h = u % n_head, kv_off = (h / group) * head_dim;
+    const float* qh = q + r * q_stride + h * head_dim;
+    float qreg[kChain];
+#pragma unroll
+    for (int k = 0; k < kChain; ++k) qreg[k] = l16 + 16 * k < head_dim ? qh[l16 + 16 * k] : 0.0f;
+    float acc[kAcc];
+#pragma unroll
+    for (int k = 0; k < kAcc; ++k) acc[k] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const RowRange range = row_range(rows_of, r);
+    for (int64_t i = 0; i < range.count; i += 2) {
+      // Half `half` scores the window's position i + half.
+      const int64_t mine = i + half;
+      const bool valid = mine < range.count;
+      const int64_t p = !valid ? 0 : range.dense ? mine : rows_of.selected[range.begin + mine];
+      const float* kp = kc + p * kc_stride + kv_off;
+      float dot = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kChain; ++k)
+        if (valid && l16 + 16 * k < head_dim) dot = __fmaf_rn(qreg[k], kp[l16 + 16 * k], dot);
+      dot = __fadd_rn(dot, __shfl_xor_sync(kFullMask, dot, 8));
+      dot = __fadd_rn(dot, __shfl_xor_sync(kFullMask, dot, 4));
+      dot = __fadd_rn(dot, __shfl_xor_sync(kFullMask, dot, 2));
+      dot = __fadd_rn(dot, __shfl_xor_sync(kFullMask, dot, 1));
+      const float scores[2] = {__fmul_rn(__shfl_sync(kFullMask, dot, 0), scale),
+                               __fmul_rn(__shfl_sync(kFullMask, dot, 16), scale)};
+      const int64_t ps[2] = {__shfl_sync(kFullMask, p, 0), __shfl_sync(kFullMask, p, 16)};
+      for (int j = 0; j < 2 && i + j < range.count; ++j) {
+        const float s = scores[j];
+        const float* vp = vc + ps[j] * vc_stride + kv_off;
+        if (s > m) {
+          const float c = expf(m - s);
+#pragma unroll
+          for (int k = 0; k < kAcc; ++k)
+            if (lane + 32 * k < head_dim)
+              acc[k] = __fadd_rn(vp[lane + 32 * k], __fmul_rn(acc[k], c));  // fma(1, v, acc*c)
+          l = __fadd_rn(__fmul_rn(l, c), 1.0f);
+          m = s;
+        } else {
+          const float e = expf(s - m);
+#pragma unroll
+          for (int k = 0; k < kAcc; ++k)
+            if (lane + 32 * k < head_dim) acc[k] = __fmaf_rn(e, vp[lane + 32 * k], acc[k]);
+          l = __fadd_rn(l, e);
+        }
+      }
+    }
+    const float inv = __fdiv_rn(1.0f, l);
+    float* yh = y + r * y_stride + h * head_dim;
+#pragma unroll
+    for (int k = 0; k < kAcc; ++k)
+      if (lane + 32 * k < head_dim) yh[lane + 32 * k] = __fmul_rn(acc[k], inv);
+  }
+}
+
+// One warp per (row, block): heads two at a time (one per half-warp), summed in head order.
+__global__ void __launch_bounds__(kThreads)
+    block_scores_kernel(const float* __restrict__ q, int64_t q_stride,
+                        const float* __restrict__ keys, int64_t k_stride,
+                        const int32_t* __restrict__ counts, const int32_t* __restrict__ positions,
+                        int64_t block, int64_t rows, int64_t n_head, int64_t head_dim, float scale,
+                        float* __restrict__ y, int64_t y_stride, int64_t y_cols) {
+  const int lane = threadIdx.x & 31, half = lane >> 4;
+  const int64_t units = rows * y_cols;
+  for (int64_t u = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; u < units;
+       u += int64_t(gridDim.x) * kWarps) {
+    const int64_t r = u / y_cols, b = u % y_cols;
+    const int64_t count = counts ? int64_t(counts[r]) : (int64_t(positions[r]) + 1) / block;
+    float sum = 0.0f;
+    for (int64_t h0 = 0; b < count && h0 < n_head; h0 += 2) {
+      const int64_t h = h0 + half;
+      const float d = half_warp_dot(q + r * q_stride + (h < n_head ? h : 0) * head_dim,
+                                    keys + b * k_stride, h < n_head ? head_dim : 0);
+      const float d0 = __shfl_sync(kFullMask, d, 0), d1 = __shfl_sync(kFullMask, d, 16);
+      sum = __fadd_rn(sum, 0.0f < d0 ? d0 : 0.0f);
+      if (h0 + 1 < n_head) sum = __fadd_rn(sum, 0.0f < d1 ? d1 : 0.0f);
+    }
+    if (lane == 0) y[r * y_stride + b] = __fmul_rn(sum, scale);
+  }
+}
+
+template <int kHD>
+void launch_attention_hd(const DeviceContext& ctx, const Tensor& q, const Tensor& k_cache,
+                         const Tensor& v_cache, const AttendRows& rows, int64_t n_head,
+                         int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) {
+  const int grid = grid_for(q.rows * n_head, kWarps, ctx.limits.max_blocks);
+  attention_kernel<kHD><<<grid, kThreads, 0, ctx.stream>>>(
+      q.data, q.stride, k_cache.data, k_cache.stride, v_cache.data, v_cache.stride, rows, q.rows,
+      n_head, n_head / n_head_kv, head_dim, scale, y.data, y.stride);
+  STRATA_CUDA_CHECK_LAUNCH("attention_kernel");
+}
+
+}  // namespace
+
+void launch_kv_write(const DeviceContext& ctx, Tensor k_cache, Tensor v_cache, const Tensor& k,
+                     const Tensor& v, const int32_t* positions) {
+  const int64_t n = k.rows * (k.cols + v.cols);
+  if (n == 0) return;
+  kv_write_kernel<<<grid_for(n, 256, ctx.limits.max_blocks), 256, 0, ctx.stream>>>(
+      k_cache.data, k_cache.stride, v_cache.data, v_cache.stride, k.data, k.stride, k.cols, v.data,
+      v.stride, v.cols, k.rows, positions, std::min(k_cache.rows, v_cache.rows));
+  STRATA_CUDA_CHECK_LAUNCH("kv_write_kernel");
+}
+
+void launch_attention(const DeviceContext& ctx, const Tensor& q, const Tensor& k_cache,
+                      const Tensor& v_cache, const AttendRows& rows, int64_t n_head,
+                      int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) {
+  if (q.rows == 0) return;
+  if (head_dim <= 64)
+    launch_attention_hd<64>(ctx, q, k_cache, v_cache, rows, n_head, n_head_kv, head_dim, scale, y);
+  else if (head_dim <= 128)
+    launch_attention_hd<128>(ctx, q, k_cache, v_cache, rows, n_head, n_head_kv, head_dim, scale, y);
+  else if (head_dim <= 256)
+    launch_attention_hd<256>(ctx, q, k_cache, v_cache, rows, n_head, n_head_kv, head_dim, scale, y);
+  else
+    launch_attention_hd<512>(ctx, q, k_cache, v_cache, rows, n_head, n_head_kv, head_dim, scale, y);
+}
+
+void launch_block_scores(const DeviceContext& ctx, const Tensor& q, const Tensor& keys,
+                         const int32_t* counts, const int32_t* positions, int64_t block,
+                         int64_t n_head, int64_t head_dim, float scale, Tensor y) {
+  if (y.rows == 0 || y.cols == 0) return;
+  block_scores_kernel<<<grid_for(y.rows * y.cols, kWarps, ctx.limits.max_blocks), kThreads, 0,
+                        ctx.stream>>>(q.data, q.stride, keys.data, keys.stride, counts, positions,
+                                      block, y.rows, n_head, head_dim, scale, y.data, y.stride,
+                                      y.cols);
+  STRATA_CUDA_CHECK_LAUNCH("block_scores_kernel");
+}
+
+}  // namespace strata::cuda::detail

@@ -1,0 +1,148 @@
+// matmul, get_rows and the activation quantization they share with the MoE.
+//
+// The CPU's matmul is y[r, o] = dot(W_o, quantize_act(x_r)): the activation is first quantized to
+// the weight format's partner layout (Q8_0 / Q8_K blocks; fp32 for the float formats). Here the
+// activation is quantized by the same rule and replaced by the values it encodes, then dotted in
+// fp32 with the decoded weights (ops_matvec_rows.cuh), so the GPU multiplies the same numbers the
+// CPU does and differs from it only by float rounding, not by quantization error.
+#include <climits>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/decode.cuh"
+#include "backend/cuda/ops.h"
+#include "backend/cuda/ops_common.cuh"
+#include "backend/cuda/ops_matvec_rows.cuh"
+
+namespace strata::cuda::detail {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+// One warp per activation block of 32 * kPerLane elements; lane l holds elements l*kPerLane...
+template <int kPerLane>
+__global__ void __launch_bounds__(kThreads)
+    quantize_act_kernel(const float* __restrict__ x, int64_t x_stride, int64_t rows, int64_t cols,
+                        ActQuant mode, float* __restrict__ out) {
+  constexpr int kBlock = 32 * kPerLane;
+  const int lane = threadIdx.x & 31;
+  const int64_t per_row = cols / kBlock, units = rows * per_row;
+  for (int64_t u = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; u < units;
+       u += int64_t(gridDim.x) * kWarps) {
+    const int64_t r = u / per_row, first = (u % per_row) * kBlock + lane * kPerLane;
+    float v[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) v[i] = x[r * x_stride + first + i];
+    quantize_block_warp(v, mode);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) out[r * cols + first + i] = v[i];
+  }
+}
+
+// Warp (blockIdx.x, warp) takes weight rows o; blockIdx.y a pass of kActsPerPass activation rows.
+template <typename D>
+__global__ void __launch_bounds__(kThreads)
+    matmul_kernel(const uint8_t* __restrict__ w, size_t row_stride, int64_t rows, int groups,
+                  const float* __restrict__ act, int64_t act_stride, int64_t n_act,
+                  float* __restrict__ y, int64_t y_stride, DecodeTables tables) {
+  const int64_t passes = (n_act + kActsPerPass - 1) / kActsPerPass;
+  for (int64_t pass = blockIdx.y; pass < passes; pass += gridDim.y) {
+    const int64_t first = pass * kActsPerPass;
+    const int n = int(n_act - first < kActsPerPass ? n_act - first : kActsPerPass);
+    for (int64_t o = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; o < rows;
+         o += int64_t(gridDim.x) * kWarps) {
+      warp_row_dots<D>(
+          w + size_t(o) * row_stride, groups, n, tables,
+          [&](int j) { return act + (first + j) * act_stride; },
+          [&](int j, float value) { y[(first + j) * y_stride + o] = value; });
+    }
+  }
+}
+
+// One thread per (row, group of 8).
+template <typename D>
+__global__ void get_rows_kernel(const uint8_t* __restrict__ table, size_t row_stride, int64_t cols,
+                                const int32_t* __restrict__ ids, int64_t table_rows, int64_t rows,
+                                float* __restrict__ y, int64_t y_stride, DecodeTables tables) {
+  constexpr int kGroups = D::kElems / 8;
+  const int64_t groups = cols / 8, n = rows * groups;
+  for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
+       u += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = u / groups, g = u % groups;
+    float* out = y + r * y_stride + 8 * g;
+    const int64_t id = ids[r];
+    if (id < 0 || id >= table_rows) {  // a bad id reads nothing outside the table
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = 0.0f;
+      continue;
+    }
+    float v[8];
+    D::decode(table + size_t(id) * row_stride + size_t(g / kGroups) * D::kBytes,
+              int(g % kGroups), tables, v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = v[i];
+  }
+}
+
+}  // namespace
+
+void launch_quantize_act(const DeviceContext& ctx, quant::ActFormat f, const Tensor& x,
+                         float* out) {
+  if (x.rows == 0 || x.cols == 0) return;
+  const ActQuant mode = act_quant(f);
+  if (mode == ActQuant::None) return launch_copy(ctx, x, Tensor{out, x.rows, x.cols, x.cols});
+  const int per_lane = mode == ActQuant::Q8_K ? 8 : 1;
+  const int grid = grid_for(x.rows * x.cols / (32 * per_lane), kWarps, ctx.limits.max_blocks);
+  if (per_lane == 8)
+    quantize_act_kernel<8><<<grid, kThreads, 0, ctx.stream>>>(x.data, x.stride, x.rows, x.cols,
+                                                              mode, out);
+  else
+    quantize_act_kernel<1><<<grid, kThreads, 0, ctx.stream>>>(x.data, x.stride, x.rows, x.cols,
+                                                              mode, out);
+  STRATA_CUDA_CHECK_LAUNCH("quantize_act_kernel");
+}
+
+void launch_matmul(const DeviceContext& ctx, quant::Type t, const void* w, size_t row_stride,
+                   int64_t rows, int64_t cols, const float* act, int64_t act_stride, Tensor y) {
+  const bool known = visit_decoder(t, [&](auto decoder) {
+    using D = decltype(decoder);
+    const char* name = quant::type_name(t);
+    if (cols <= 0 || cols % D::kElems != 0 || cols % 8 != 0 || cols / 8 > INT_MAX - 32)
+      fail("CUDA matmul ", name, ": ", cols, " columns is not a positive multiple of the block (",
+           int(D::kElems), ") and of 8");
+    if (!aligned(w, D::kAlign) || row_stride % D::kAlign != 0)
+      fail("CUDA matmul ", name, ": weights and row stride need ", int(D::kAlign),
+           "-byte alignment");
+    if (rows == 0 || y.rows == 0) return;
+    const int gx = grid_for(rows, kWarps, ctx.limits.max_blocks);
+    const int64_t passes = (y.rows + kActsPerPass - 1) / kActsPerPass;
+    const dim3 grid(unsigned(gx), unsigned(passes < 65535 ? passes : 65535));
+    matmul_kernel<D><<<grid, kThreads, 0, ctx.stream>>>(static_cast<const uint8_t*>(w), row_stride,
+                                                        rows, int(cols / 8), act, act_stride,
+                                                        y.rows, y.data, y.stride, ctx.tables);
+    STRATA_CUDA_CHECK_LAUNCH("matmul_kernel");
+  });
+  if (!known) fail("CUDA matmul: no decoder for weight type ", quant::type_name(t));
+}
+
+void launch_get_rows(const DeviceContext& ctx, quant::Type t, const void* table, size_t row_stride,
+                     int64_t cols, const int32_t* ids, int64_t table_rows, Tensor y) {
+  const bool known = visit_decoder(t, [&](auto decoder) {
+    using D = decltype(decoder);
+    if (cols % D::kElems != 0 || cols % 8 != 0)
+      fail("CUDA get_rows ", quant::type_name(t), ": ", cols,
+           " columns is not a multiple of the block (", int(D::kElems), ") and of 8");
+    if (!aligned(table, D::kAlign) || row_stride % D::kAlign != 0)
+      fail("CUDA get_rows ", quant::type_name(t), ": the table needs ", int(D::kAlign),
+           "-byte alignment");
+    if (y.rows == 0 || cols == 0) return;
+    get_rows_kernel<D><<<grid_for(y.rows * cols / 8, 256, ctx.limits.max_blocks), 256, 0,
+                         ctx.stream>>>(static_cast<const uint8_t*>(table), row_stride, cols, ids,
+                                       table_rows, y.rows, y.data, y.stride, ctx.tables);
+    STRATA_CUDA_CHECK_LAUNCH("get_rows_kernel");
+  });
+  if (!known) fail("CUDA get_rows: no decoder for weight type ", quant::type_name(t));
+}
+
+}  // namespace strata::cuda::detail

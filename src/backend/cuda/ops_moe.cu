@@ -1,0 +1,294 @@
+// The router and the routed experts.
+//
+// route: one warp per row; softmax with the CPU's column-order sum (one lane adds), top-k as k
+// rounds of a warp argmax in the total order "probability descending, then id ascending", each
+// round taking the best strictly after the previous winner.
+//
+// Experts: the listed pairs are grouped by expert on the device (moe_group_kernel: per expert its
+// pairs in ascending order), so each routed expert's gate, up and down rows are decoded once per
+// pass of 8 pairs for all pairs routed to it. Each pair's dot products are warp_row_dots, i.e.
+// bitwise Device::matvec of that pair's activation, whatever else the window routes: a T-row
+// window equals T one-row windows bit for bit. The hidden layer is swiglu(gate, up), zero past
+// n_ff (a down row zero-padded to whole blocks meets h = 0 there), quantized for down's layout
+// like any activation; moe_combine adds the pair outputs in rank order with fma, as the CPU does.
+#include "backend/cuda/check.h"
+#include "backend/cuda/decode.cuh"
+#include "backend/cuda/ops.h"
+#include "backend/cuda/ops_common.cuh"
+#include "backend/cuda/ops_matvec_rows.cuh"
+
+namespace strata::cuda::detail {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kGroupThreads = 1024;
+
+__device__ __forceinline__ int32_t pair_of(const int32_t* listed, int64_t i) {
+  return listed ? listed[i] : int32_t(i);
+}
+
+// One thread block: counts per expert, slots in ascending expert order, then each expert's items.
+__global__ void __launch_bounds__(kGroupThreads)
+    moe_group_kernel(const int32_t* __restrict__ ids, const int32_t* __restrict__ listed,
+                     int64_t n_listed, int64_t n_experts, MoeBuffers buf) {
+  for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) {
+    int32_t c = 0;
+    for (int64_t i = 0; i < n_listed; ++i) c += ids[pair_of(listed, i)] == e;
+    buf.slot_of[e] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t slot = 0, offset = 0;
+    for (int64_t e = 0; e < n_experts; ++e) {
+      const int32_t c = buf.slot_of[e];
+      if (c == 0) {
+        buf.slot_of[e] = -1;
+        continue;
+      }
+      buf.active[slot] = int32_t(e);
+      buf.first[slot] = offset;
+      buf.count[slot] = c;
+      buf.slot_of[e] = slot++;
+      offset += c;
+    }
+    *buf.n_active = slot;
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) {
+    const int32_t slot = buf.slot_of[e];
+    if (slot < 0) continue;
+    int32_t k = buf.first[slot];
+    for (int64_t i = 0; i < n_listed; ++i)
+      if (ids[pair_of(listed, i)] == e) buf.items[k++] = int32_t(i);
+  }
+}
+
+// Matrix blockIdx.z (0 gate, 1 up) of the expert in slot blockIdx.y, for its pairs, when the
+// matrix has this kernel's type. Output: gate / up row of the listed pair.
+template <typename D>
+__global__ void __launch_bounds__(kThreads)
+    moe_gate_up_kernel(const ExpertEntry* __restrict__ table, int32_t type,
+                       const int32_t* __restrict__ listed, int64_t top_k, MoeBuffers buf,
+                       DecodeTables tables) {
+  const int m = blockIdx.z;
+  for (int slot = blockIdx.y; slot < *buf.n_active; slot += gridDim.y) {
+    const ExpertEntry& en = table[buf.active[slot]];
+    if (en.type[m] != type) continue;
+    const auto* w = static_cast<const uint8_t*>(en.w[m]);
+    const float* act = buf.x_act[en.act[m]];
+    const int64_t act_stride = buf.x_act_stride[en.act[m]];
+    float* out = m == 0 ? buf.gate : buf.up;
+    const int32_t* items = buf.items + buf.first[slot];
+    const int n_items = buf.count[slot];
+    for (int64_t o = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; o < en.rows[m];
+         o += int64_t(gridDim.x) * kWarps) {
+      for (int first = 0; first < n_items; first += kActsPerPass) {
+        warp_row_dots<D>(
+            w + size_t(o) * en.row_stride[m], en.cols[m] / 8,
+            min(kActsPerPass, n_items - first), tables,
+            [&](int j) { return act + (pair_of(listed, items[first + j]) / top_k) * act_stride; },
+            [&](int j, float v) { out[items[first + j] * buf.ff_stride + o] = v; });
+      }
+    }
+  }
+}
+
+// The down matrix of the expert in slot blockIdx.y for its pairs: out row = the listed pair.
+template <typename D>
+__global__ void __launch_bounds__(kThreads)
+    moe_down_kernel(const ExpertEntry* __restrict__ table, int32_t type,
+                    const int32_t* __restrict__ listed, MoeBuffers buf, float* __restrict__ out,
+                    int64_t out_stride, DecodeTables tables) {
+  for (int slot = blockIdx.y; slot < *buf.n_active; slot += gridDim.y) {
+    const ExpertEntry& en = table[buf.active[slot]];
+    if (en.type[2] != type) continue;
+    const auto* w = static_cast<const uint8_t*>(en.w[2]);
+    const int32_t* items = buf.items + buf.first[slot];
+    const int n_items = buf.count[slot];
+    for (int64_t o = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; o < en.rows[2];
+         o += int64_t(gridDim.x) * kWarps) {
+      for (int first = 0; first < n_items; first += kActsPerPass) {
+        warp_row_dots<D>(
+            w + size_t(o) * en.row_stride[2], en.cols[2] / 8,
+            min(kActsPerPass, n_items - first), tables,
+            [&](int j) { return buf.hidden + items[first + j] * buf.ff_stride; },
+            [&](int j, float v) { out[int64_t(pair_of(listed, items[first + j])) * out_stride + o] = v; });
+      }
+    }
+  }
+}
+
+// Hidden row of one listed pair, kPerLane elements per lane per activation block.
+template <int kPerLane>
+__device__ void hidden_row(const float* gate, const float* up, float* h, int64_t n_ff,
+                           int64_t cols, ActQuant mode) {
+  constexpr int kBlock = 32 * kPerLane;
+  const int lane = threadIdx.x & 31;
+  for (int64_t b0 = int64_t(threadIdx.x / 32) * kBlock; b0 < cols; b0 += kWarps * kBlock) {
+    float v[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t k = b0 + lane * kPerLane + i;
+      v[i] = k < n_ff ? swiglu_value(gate[k], up[k]) : 0.0f;
+    }
+    if (mode != ActQuant::None) quantize_block_warp(v, mode);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t k = b0 + lane * kPerLane + i;
+      if (k < cols) h[k] = v[i];
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    moe_hidden_kernel(const ExpertEntry* __restrict__ table, const int32_t* __restrict__ ids,
+                      const int32_t* __restrict__ listed, int64_t n_listed, MoeBuffers buf) {
+  for (int64_t i = blockIdx.x; i < n_listed; i += gridDim.x) {
+    const ExpertEntry& en = table[ids[pair_of(listed, i)]];
+    const float* g = buf.gate + i * buf.ff_stride;
+    const float* u = buf.up + i * buf.ff_stride;
+    float* h = buf.hidden + i * buf.ff_stride;
+    const ActQuant mode = ActQuant(en.act[2]);
+    if (mode == ActQuant::Q8_K)
+      hidden_row<8>(g, u, h, en.rows[0], en.cols[2], mode);
+    else
+      hidden_row<1>(g, u, h, en.rows[0], en.cols[2], mode);
+  }
+}
+
+__global__ void moe_combine_kernel(const float* __restrict__ weights, int64_t top_k,
+                                   const float* __restrict__ out, int64_t out_stride, int64_t rows,
+                                   int64_t cols, float* __restrict__ y, int64_t y_stride) {
+  const int64_t n = rows * cols;
+  for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
+       u += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = u / cols, c = u % cols;
+    float acc = y[r * y_stride + c];
+    for (int64_t j = 0; j < top_k; ++j)
+      acc = __fmaf_rn(weights[r * top_k + j], out[(r * top_k + j) * out_stride + c], acc);
+    y[r * y_stride + c] = acc;
+  }
+}
+
+// Whether (pa, a) comes before (pb, b): probability descending, then id ascending. A nan
+// probability ranks below every number (it only matters that the order stays total).
+__device__ __forceinline__ bool ranks_before(float pa, int a, float pb, int b) {
+  pa = pa == pa ? pa : -1.0f;
+  pb = pb == pb ? pb : -1.0f;
+  return pa != pb ? pa > pb : a < b;
+}
+
+// One warp per row; dynamic shared memory: the row's n probabilities.
+__global__ void __launch_bounds__(32)
+    route_kernel(const float* __restrict__ logits, int64_t stride, int n, int top_k,
+                 bool renormalize, int32_t* __restrict__ experts, float* __restrict__ weights) {
+  extern __shared__ float p[];
+  const int lane = threadIdx.x;
+  const int64_t r = blockIdx.x;
+  const float* l = logits + r * stride;
+  float mx = -INFINITY;
+  for (int i = lane; i < n; i += 32) mx = fmaxf(mx, l[i]);
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, off));
+  for (int i = lane; i < n; i += 32) p[i] = expf(__fsub_rn(l[i], mx));
+  __syncwarp();
+  float sum = 0.0f;
+  if (lane == 0)
+    for (int i = 0; i < n; ++i) sum = __fadd_rn(sum, p[i]);
+  sum = __shfl_sync(kFullMask, sum, 0);
+  for (int i = lane; i < n; i += 32) p[i] = __fdiv_rn(p[i], sum);
+  __syncwarp();
+  float prev_p = 0.0f;
+  int prev = -1;
+  for (int k = 0; k < top_k; ++k) {
+    float best_p = 0.0f;
+    int best = -1;
+    for (int i = lane; i < n; i += 32) {
+      if (prev >= 0 && !ranks_before(prev_p, prev, p[i], i)) continue;
+      if (best < 0 || ranks_before(p[i], i, best_p, best)) best_p = p[i], best = i;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      const float op = __shfl_xor_sync(kFullMask, best_p, off);
+      const int ob = __shfl_xor_sync(kFullMask, best, off);
+      if (ob >= 0 && (best < 0 || ranks_before(op, ob, best_p, best))) best_p = op, best = ob;
+    }
+    if (lane == 0) experts[r * top_k + k] = best;
+    prev_p = best_p;
+    prev = best;
+  }
+  __syncwarp();
+  if (lane == 0) {
+    float chosen = 0.0f;
+    for (int k = 0; k < top_k; ++k) chosen = __fadd_rn(chosen, p[experts[r * top_k + k]]);
+    for (int k = 0; k < top_k; ++k) {
+      const float pk = p[experts[r * top_k + k]];
+      weights[r * top_k + k] = renormalize ? __fdiv_rn(pk, chosen) : pk;
+    }
+  }
+}
+
+}  // namespace
+
+void launch_moe_expert_outputs(const DeviceContext& ctx, const ExpertEntry* table,
+                               int64_t n_experts, const int32_t* expert_ids, int64_t top_k,
+                               const int32_t* listed, int64_t n_listed, const Tensor& x,
+                               const quant::Type* gate_up_types, int n_gate_up_types,
+                               const quant::Type* down_types, int n_down_types, int64_t max_ff,
+                               const MoeBuffers& buf, Tensor out) {
+  if (n_listed == 0) return;
+  moe_group_kernel<<<1, kGroupThreads, 0, ctx.stream>>>(expert_ids, listed, n_listed, n_experts,
+                                                        buf);
+  STRATA_CUDA_CHECK_LAUNCH("moe_group_kernel");
+  for (int a = 0; a < 3; ++a)
+    if (buf.x_act[a] && buf.x_act[a] != x.data)
+      launch_quantize_act(ctx, a == int(ActQuant::Q8_K)   ? quant::ActFormat::Q8_K
+                               : a == int(ActQuant::Q8_0) ? quant::ActFormat::Q8_0
+                                                          : quant::ActFormat::F32,
+                          x, buf.x_act[a]);
+  const int64_t slots = n_listed < n_experts ? n_listed : n_experts;
+  const unsigned grid_y = unsigned(slots < 65535 ? slots : 65535);
+  for (int i = 0; i < n_gate_up_types; ++i) {
+    visit_decoder(gate_up_types[i], [&](auto decoder) {
+      using D = decltype(decoder);
+      const dim3 grid(unsigned(grid_for(max_ff, kWarps, ctx.limits.max_blocks)), grid_y, 2);
+      moe_gate_up_kernel<D><<<grid, kThreads, 0, ctx.stream>>>(
+          table, int32_t(gate_up_types[i]), listed, top_k, buf, ctx.tables);
+      STRATA_CUDA_CHECK_LAUNCH("moe_gate_up_kernel");
+    });
+  }
+  moe_hidden_kernel<<<unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)), kThreads, 0,
+                      ctx.stream>>>(table, expert_ids, listed, n_listed, buf);
+  STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
+  for (int i = 0; i < n_down_types; ++i) {
+    visit_decoder(down_types[i], [&](auto decoder) {
+      using D = decltype(decoder);
+      const dim3 grid(unsigned(grid_for(x.cols, kWarps, ctx.limits.max_blocks)), grid_y, 1);
+      moe_down_kernel<D><<<grid, kThreads, 0, ctx.stream>>>(table, int32_t(down_types[i]), listed,
+                                                            buf, out.data, out.stride, ctx.tables);
+      STRATA_CUDA_CHECK_LAUNCH("moe_down_kernel");
+    });
+  }
+}
+
+void launch_moe_combine(const DeviceContext& ctx, const float* weights, int64_t top_k,
+                        const Tensor& out, Tensor y) {
+  if (y.rows == 0 || y.cols == 0) return;
+  moe_combine_kernel<<<grid_for(y.rows * y.cols, 256, ctx.limits.max_blocks), 256, 0,
+                       ctx.stream>>>(weights, top_k, out.data, out.stride, y.rows, y.cols, y.data,
+                                     y.stride);
+  STRATA_CUDA_CHECK_LAUNCH("moe_combine_kernel");
+}
+
+void launch_route_softmax_topk(const DeviceContext& ctx, const Tensor& logits, int64_t top_k,
+                               bool renormalize, int32_t* experts, float* weights) {
+  if (logits.rows == 0) return;
+  const size_t shared = size_t(logits.cols) * sizeof(float);
+  if (shared > 48 * 1024)
+    fail("CUDA route_softmax_topk: ", logits.cols, " experts exceed the kernel's shared memory");
+  route_kernel<<<unsigned(logits.rows), 32, shared, ctx.stream>>>(
+      logits.data, logits.stride, int(logits.cols), int(top_k), renormalize, experts, weights);
+  STRATA_CUDA_CHECK_LAUNCH("route_kernel");
+}
+
+}  // namespace strata::cuda::detail

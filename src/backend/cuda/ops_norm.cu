@@ -1,0 +1,109 @@
+// Norms and the PLE gate: one half-warp per group. The sums run in the CPU's lane order
+// (half_warp_dot), and the rest is the CPU's expressions with IEEE division and square root, so
+// these ops are bitwise the CPU backend's.
+#include <cmath>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/ops.h"
+#include "backend/cuda/ops_common.cuh"
+
+namespace strata::cuda::detail {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kHalvesPerBlock = kThreads / 16;
+
+// Runs fn(r, g, valid) for every group g of every row r, one half-warp each. Both halves of a warp
+// always run fn together (the dot's shuffles need all 32 lanes); `valid` is false for the idle half
+// of the last warp.
+template <typename Fn>
+__device__ __forceinline__ void for_half_warp_groups(int64_t rows, int64_t n_groups, Fn fn) {
+  const int64_t units = rows * n_groups;
+  const int64_t half = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 16;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x / 16;
+  // Warp-uniform loop: the two halves of a warp are half and half ^ 1 and step together.
+  for (int64_t u = half; u - (half & 1) < units; u += stride) {
+    const bool valid = u < units;
+    fn(valid ? u / n_groups : 0, valid ? u % n_groups : 0, valid);
+  }
+}
+
+__global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride, int64_t rows,
+                                int64_t n_groups, int64_t group, const float* __restrict__ w,
+                                float eps, float* y, int64_t y_stride) {
+  for_half_warp_groups(rows, n_groups, [&](int64_t r, int64_t g, bool valid) {
+    const float* xg = x + r * x_stride + g * group;
+    const float ss = half_warp_dot(xg, xg, valid ? group : 0);
+    if (!valid) return;
+    const float mean = __fdiv_rn(ss, float(group));
+    const float s = __fdiv_rn(1.0f, sqrtf(__fadd_rn(mean, eps)));
+    float* yg = y + r * y_stride + g * group;
+    for (int64_t i = threadIdx.x & 15; i < group; i += 16) {
+      const float v = __fmul_rn(xg[i], s);
+      yg[i] = w ? __fmul_rn(v, w[i]) : v;
+    }
+  });
+}
+
+__global__ void l2_norm_kernel(const float* __restrict__ x, int64_t x_stride, int64_t rows,
+                               int64_t n_groups, int64_t group, float eps, float* y,
+                               int64_t y_stride) {
+  for_half_warp_groups(rows, n_groups, [&](int64_t r, int64_t g, bool valid) {
+    const float* xg = x + r * x_stride + g * group;
+    const float ss = half_warp_dot(xg, xg, valid ? group : 0);
+    if (!valid) return;
+    const float s = __fdiv_rn(1.0f, sqrtf(__fadd_rn(ss, eps)));
+    float* yg = y + r * y_stride + g * group;
+    for (int64_t i = threadIdx.x & 15; i < group; i += 16) yg[i] = __fmul_rn(xg[i], s);
+  });
+}
+
+// y[r, g] = sign(d) sqrt(max(|d|, 1e-6)), d = scale * (a . b) over group g.
+__global__ void signed_sqrt_dot_kernel(const float* __restrict__ a, int64_t a_stride,
+                                       const float* __restrict__ b, int64_t b_stride, int64_t rows,
+                                       int64_t n_groups, int64_t group, float scale,
+                                       float* __restrict__ y, int64_t y_stride) {
+  for_half_warp_groups(rows, n_groups, [&](int64_t r, int64_t g, bool valid) {
+    const float dot = half_warp_dot(a + r * a_stride + g * group, b + r * b_stride + g * group,
+                                    valid ? group : 0);
+    if (!valid || (threadIdx.x & 15) != 0) return;
+    const float d = __fmul_rn(dot, scale);
+    const float ad = fabsf(d);
+    const float m = sqrtf(ad < 1e-6f ? 1e-6f : ad);  // std::max(|d|, 1e-6f): nan stays nan
+    y[r * y_stride + g] = d > 0.0f ? m : d < 0.0f ? -m : 0.0f;
+  });
+}
+
+int grid(const DeviceContext& ctx, int64_t units) {
+  return grid_for(units, kHalvesPerBlock, ctx.limits.max_blocks);
+}
+
+}  // namespace
+
+void launch_rms_norm(const DeviceContext& ctx, const Tensor& x, const float* w, int64_t group,
+                     float eps, Tensor y) {
+  const int64_t n_groups = x.cols / group;
+  if (x.rows == 0 || n_groups == 0) return;
+  rms_norm_kernel<<<grid(ctx, x.rows * n_groups), kThreads, 0, ctx.stream>>>(
+      x.data, x.stride, x.rows, n_groups, group, w, eps, y.data, y.stride);
+  STRATA_CUDA_CHECK_LAUNCH("rms_norm_kernel");
+}
+
+void launch_l2_norm(const DeviceContext& ctx, const Tensor& x, int64_t group, float eps, Tensor y) {
+  const int64_t n_groups = x.cols / group;
+  if (x.rows == 0 || n_groups == 0) return;
+  l2_norm_kernel<<<grid(ctx, x.rows * n_groups), kThreads, 0, ctx.stream>>>(
+      x.data, x.stride, x.rows, n_groups, group, eps, y.data, y.stride);
+  STRATA_CUDA_CHECK_LAUNCH("l2_norm_kernel");
+}
+
+void launch_signed_sqrt_dot(const DeviceContext& ctx, const Tensor& a, const Tensor& b,
+                            int64_t group, float scale, Tensor y) {
+  if (y.rows == 0 || y.cols == 0) return;
+  signed_sqrt_dot_kernel<<<grid(ctx, y.rows * y.cols), kThreads, 0, ctx.stream>>>(
+      a.data, a.stride, b.data, b.stride, y.rows, y.cols, group, scale, y.data, y.stride);
+  STRATA_CUDA_CHECK_LAUNCH("signed_sqrt_dot_kernel");
+}
+
+}  // namespace strata::cuda::detail

@@ -1,0 +1,122 @@
+// The recurrent ops of the DeltaNet layers and the PLE conv. Each output column is independent of
+// the others, so one thread owns a column for the whole window and walks it in time order, exactly
+// the loops of ops_ssm.cpp / ops_vec_body.h: the conv is one thread per channel, the delta rule one
+// thread per (head, value dim j) holding column j of the head's state. Bitwise the CPU's except
+// through expf (silu, the decay), which rounds differently from glibc by an ulp at times.
+#include <cmath>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/ops.h"
+#include "backend/cuda/ops_common.cuh"
+
+namespace strata::cuda::detail {
+
+namespace {
+
+constexpr int kThreads = 128;
+
+__global__ void conv1d_silu_kernel(const float* __restrict__ x, int64_t x_stride, int64_t T,
+                                   int64_t C, float* state, int64_t s_stride,
+                                   const float* __restrict__ w, int64_t K, int64_t D,
+                                   float* __restrict__ y, int64_t y_stride) {
+  const int64_t S = (K - 1) * D;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    // in(t) for t in [-S, T): the state rows, then x.
+    auto in = [&](int64_t t) { return t < 0 ? state[(S + t) * s_stride + c] : x[t * x_stride + c]; };
+    const float* wc = w + c * K;
+    for (int64_t t = 0; t < T; ++t) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < K; ++j) acc = __fadd_rn(acc, __fmul_rn(wc[j], in(t - (K - 1 - j) * D)));
+      y[t * y_stride + c] = __fdiv_rn(acc, __fadd_rn(1.0f, expf(-acc)));
+    }
+    // State row s takes in(T - S + s), which is x or state row T + s >= s: not yet overwritten
+    // when the rows are shifted oldest first.
+    for (int64_t s = 0; s < S; ++s) state[s * s_stride + c] = in(T - S + s);
+  }
+}
+
+// Thread (h, j): column j of head h's state S[i][j], i < dk, at state rows h*dk + i.
+__global__ void gated_delta_rule_kernel(const float* __restrict__ q, int64_t q_stride,
+                                        const float* __restrict__ k, int64_t k_stride,
+                                        const float* __restrict__ v, int64_t v_stride,
+                                        const float* __restrict__ g, int64_t g_stride,
+                                        const float* __restrict__ beta, int64_t b_stride,
+                                        float* __restrict__ state, int64_t T, int64_t n_heads,
+                                        int64_t dk, int64_t dv, float* __restrict__ y,
+                                        int64_t y_stride) {
+  const int64_t n = n_heads * dv;
+  for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
+       u += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t h = u / dv, j = u % dv;
+    float* S = state + h * dk * dv + j;  // S[i][j] at S[i * dv]
+    for (int64_t t = 0; t < T; ++t) {
+      const float decay = expf(g[t * g_stride + h]);
+      const float bt = beta[t * b_stride + h];
+      const float* kt = k + t * k_stride + h * dk;
+      const float* qt = q + t * q_stride + h * dk;
+      float kv = 0.0f;
+      for (int64_t i = 0; i < dk; ++i) {
+        const float sij = __fmul_rn(S[i * dv], decay);
+        S[i * dv] = sij;
+        kv = __fmaf_rn(sij, kt[i], kv);
+      }
+      const float delta = __fmul_rn(__fsub_rn(v[t * v_stride + h * dv + j], kv), bt);
+      float out = 0.0f;
+      for (int64_t i = 0; i < dk; ++i) {
+        const float sij = __fmaf_rn(kt[i], delta, S[i * dv]);
+        S[i * dv] = sij;
+        out = __fmaf_rn(sij, qt[i], out);
+      }
+      y[t * y_stride + h * dv + j] = out;
+    }
+  }
+}
+
+// g = ssm_a * softplus(a + dt_bias), softplus(z) = z > 20 ? z : log1p(exp(z)) (torch's threshold).
+__global__ void ssm_decay_kernel(const float* __restrict__ a, int64_t a_stride, int64_t rows,
+                                 int64_t heads, const float* __restrict__ dt_bias,
+                                 const float* __restrict__ ssm_a, float* __restrict__ g,
+                                 int64_t g_stride) {
+  const int64_t n = rows * heads;
+  for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
+       u += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = u / heads, h = u % heads;
+    const float z = __fadd_rn(a[t * a_stride + h], dt_bias[h]);
+    const float softplus = z > 20.0f ? z : log1pf(expf(z));
+    g[t * g_stride + h] = __fmul_rn(ssm_a[h], softplus);
+  }
+}
+
+}  // namespace
+
+void launch_conv1d_silu(const DeviceContext& ctx, const Tensor& x, Tensor state, const float* w,
+                        int64_t kernel, int64_t dilation, Tensor y) {
+  if (x.cols == 0) return;
+  conv1d_silu_kernel<<<grid_for(x.cols, kThreads, ctx.limits.max_blocks), kThreads, 0,
+                       ctx.stream>>>(x.data, x.stride, x.rows, x.cols, state.data, state.stride, w,
+                                     kernel, dilation, y.data, y.stride);
+  STRATA_CUDA_CHECK_LAUNCH("conv1d_silu_kernel");
+}
+
+void launch_gated_delta_rule(const DeviceContext& ctx, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const Tensor& g, const Tensor& beta, Tensor state,
+                             int64_t n_heads, Tensor y) {
+  const int64_t dk = q.cols / n_heads, dv = v.cols / n_heads;
+  if (q.rows == 0 || dv == 0) return;
+  gated_delta_rule_kernel<<<grid_for(n_heads * dv, kThreads, ctx.limits.max_blocks), kThreads, 0,
+                            ctx.stream>>>(q.data, q.stride, k.data, k.stride, v.data, v.stride,
+                                          g.data, g.stride, beta.data, beta.stride, state.data,
+                                          q.rows, n_heads, dk, dv, y.data, y.stride);
+  STRATA_CUDA_CHECK_LAUNCH("gated_delta_rule_kernel");
+}
+
+void launch_ssm_decay(const DeviceContext& ctx, const Tensor& a, const float* dt_bias,
+                      const float* ssm_a, Tensor g) {
+  if (a.rows == 0 || a.cols == 0) return;
+  ssm_decay_kernel<<<grid_for(a.rows * a.cols, 256, ctx.limits.max_blocks), 256, 0, ctx.stream>>>(
+      a.data, a.stride, a.rows, a.cols, dt_bias, ssm_a, g.data, g.stride);
+  STRATA_CUDA_CHECK_LAUNCH("ssm_decay_kernel");
+}
+
+}  // namespace strata::cuda::detail

@@ -1,0 +1,83 @@
+// Windows recorded as CUDA graphs and replayed (Backend::begin_window). A key's first window runs
+// op by op: it sizes the window arena and fills the caches ops build on first use (expert tables).
+// Its second window is captured into a graph, launched at end(); later windows replay it: the
+// model still walks its ops, which skip their launches, while in-window allocations return the
+// addresses they had in the capture (a bump arena reset at every window) and uploads refill the
+// pinned buffers the graph's copy nodes read. Internal: names CUDA types.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/launch.h"
+
+namespace strata::backend {
+
+class WindowGraphs {
+ public:
+  enum class Mode { Outside, Eager, Capture, Replay };
+
+  explicit WindowGraphs(const cuda::detail::DeviceContext& ctx);
+  ~WindowGraphs();
+  WindowGraphs(const WindowGraphs&) = delete;
+  WindowGraphs& operator=(const WindowGraphs&) = delete;
+
+  void begin(uint64_t key);
+  void end(bool completed);
+  Mode mode() const { return mode_; }
+  // Replaying: ops skip their launches (the graph holds them).
+  bool replaying() const { return mode_ == Mode::Replay; }
+
+  // Zeroed in-window memory, or null outside a window or past the arena in an op-by-op window
+  // (the caller allocates it the usual way; the arena grows at the next begin()).
+  void* alloc(size_t bytes);
+  // Whether p is in-window memory (then nothing more is to be done to release it).
+  bool release(const void* p);
+  // An in-window upload into device memory at dst: true when done here (captured or refilled),
+  // false when the caller stages it as usual (outside a window or op by op).
+  bool upload(void* dst, const void* host, size_t bytes);
+  // Reading device memory back inside a recorded window would read nothing: throws naming `op`.
+  void check_no_readback(const char* op) const;
+
+  BackendCounters counters() const { return counters_; }
+  void count_op() { ++counters_.ops; }
+
+ private:
+  struct Input {
+    uint8_t* pinned = nullptr;
+    size_t bytes = 0;
+  };
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<Input> inputs;
+    uint64_t kernels = 0;
+    cudaEvent_t done = nullptr;  // the last launch finished reading the inputs
+  };
+  struct Block {
+    size_t offset, bytes;
+    bool freed;
+  };
+
+  void drop_graphs();
+  void grow_arena();
+
+  const cuda::detail::DeviceContext& ctx_;
+  Mode mode_ = Mode::Outside;
+  uint64_t key_ = 0;
+  Graph* graph_ = nullptr;      // the graph being captured or replayed
+  Graph capturing_;
+  size_t next_input_ = 0;
+  std::unordered_map<uint64_t, Graph> graphs_;
+  std::unordered_map<uint64_t, int> seen_;  // windows run op by op per key
+  uint8_t* arena_ = nullptr;
+  size_t capacity_ = 0, top_ = 0, high_water_ = 0;
+  std::vector<Block> blocks_;
+  BackendCounters counters_;
+};
+
+}  // namespace strata::backend

@@ -1,0 +1,85 @@
+// The MTP (NextN) head: one block after the trunk that drafts the token after next from the
+// trunk's hidden state and the next token (DESIGN.md, "Speculative decoding"; the wiring is the
+// published Qwen3-Next MTP module's, docs/SPECULATION.md "The MTP head"):
+// - qwen35moe: x = eh_proj(concat(enorm(embed(token)), hnorm(hidden))), hidden being the trunk's
+//   output after its final norm; then a full-attention MoE block (the trunk's layer function at
+//   block index n_layer, with the head's own KV cache); then shared_head_norm (checkpoint
+//   mtp.norm) and the shared LM head. The normed output is the next chained step's hidden.
+// - qwen4exp: hidden is the four residual streams before the final mixer; each stream of the
+//   block's input is eh_proj(concat(enorm(e), hnorm(h)_s)); the block is a QSA + MoE block with
+//   its mixers; the head's own final mixer (nextn.hc_head_*) feeds the shared LM head, and the
+//   block's output streams are the chained step's hidden.
+// Rows sit at the positions of their hidden states (vLLM's convention: row t at state.n_past + t).
+#include "model/forward_common.h"
+#include "model/model.h"
+#include "util/error.h"
+
+namespace strata::model {
+
+std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span<const float> hidden,
+                                      State& state, LogitsMode mode, std::vector<float>* hidden_out) {
+  const ModelConfig& c = config_;
+  const int64_t T = int64_t(tokens.size()), n = c.n_embd, hcols = hidden_cols();
+  if (!has_mtp()) fail("mtp: the model has no MTP block (nextn_predict_layers is 0)");
+  if (T == 0) fail("mtp: the window has no tokens");
+  if (int64_t(hidden.size()) != T * hcols)
+    fail("mtp: ", hidden.size(), " hidden values for ", T, " rows of ", hcols);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= c.n_vocab)
+      fail("mtp: token ", tokens[i], " at row ", i, " is outside the vocabulary (0..", c.n_vocab - 1, ")");
+  if (int64_t(state.layers.size()) != c.n_blocks()) fail("mtp: the state is not an MTP state of this model");
+  if (state.n_past + T > state.n_ctx())
+    fail("mtp: context overflow: ", state.n_past, " positions done + ", T, " new exceed ", state.n_ctx());
+
+  struct WindowScope {
+    experts::ExpertSource& source;
+    explicit WindowScope(experts::ExpertSource& s) : source(s) { source.begin_window(); }
+    ~WindowScope() { source.end_window(); }
+  } window_scope(*experts_);
+  Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
+  for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
+  const int64_t il = c.n_layer;  // the first MTP block; chained steps reuse it
+  const LayerWeights& L = weights_.layers[size_t(il)];
+  const bool hc = c.arch == Arch::Qwen4Exp;
+  const float eps = float(c.rms_eps);
+  Scratch keep(backend_);
+  w.positions = keep.ids(w.pos, T, 1);
+  Tensor e = keep(T, n), h = keep(T, hcols), x = keep(T, hc ? c.hc_dim() : n);
+  backend_.get_rows(weights_.token_embd, keep.ids(tokens, T, 1), e);
+  backend_.upload(hidden.data(), h);
+  if (hc) {
+    qwen4exp_mtp_input(w, L, e, h, x);
+  } else {
+    Tensor cat = w.tmp(T, 2 * n);
+    backend_.rms_norm(e, &L.nextn_enorm, n, eps, cat.cols_view(0, n));  // pre_fc_norm_embedding
+    backend_.rms_norm(h, &L.nextn_hnorm, n, eps, cat.cols_view(n, n));  // pre_fc_norm_hidden
+    backend_.matmul(L.nextn_eh_proj, cat, x);                           // fc(cat(e, h))
+  }
+  w.tmp.clear();
+  w.dump("mtp_in", -1, x);
+  layer_function(c.arch)(w, il, x);
+  w.tmp.clear();
+  Tensor out;
+  if (hc) {
+    out = qwen4exp_mtp_output(w, L, mode == LogitsMode::All ? x : x.rows_view(T - 1, 1));
+  } else {
+    out = keep(T, n);
+    const Weight& g = present(L.nextn_shared_head_norm) ? L.nextn_shared_head_norm : weights_.output_norm;
+    backend_.rms_norm(x, &g, n, eps, out);  // norm(hidden_states)
+  }
+  if (hidden_out) {
+    const Tensor& src = hc ? x : out;
+    hidden_out->resize(size_t(src.rows * src.cols));
+    backend_.download(src, hidden_out->data());
+  }
+  if (!hc && mode == LogitsMode::Last) out = out.rows_view(T - 1, 1);
+  w.dump("mtp_out", -1, out);
+  Tensor logits = keep(out.rows, c.n_vocab);
+  backend_.matmul(weights_.output, out, logits);  // the shared lm_head
+  std::vector<float> result(size_t(out.rows * c.n_vocab));
+  backend_.download(logits, result.data());
+  state.n_past += T;
+  return result;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,80 @@
+#include "spec/mtp_drafter.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "decode/sampler.h"
+#include "util/error.h"
+
+namespace strata::spec {
+
+namespace {
+
+// The argmax and its softmax probability.
+std::pair<int32_t, float> best_with_prob(std::span<const float> logits) {
+  const int32_t best = decode::argmax(logits);
+  const double top = logits[size_t(best)];
+  double sum = 0;
+  for (float l : logits)
+    if (std::isfinite(l)) sum += std::exp(double(l) - top);
+  return {best, float(1.0 / sum)};
+}
+
+}  // namespace
+
+MtpDrafter::MtpDrafter(model::Model& model, int64_t n_ctx)
+    : model_(model), state_(model.new_mtp_state(n_ctx)) {}
+
+void MtpDrafter::observe(int64_t first, std::span<const float> hidden) {
+  const int64_t cols = model_.hidden_cols();
+  const int64_t have = int64_t(rows_.size()) / cols;
+  if (rows_.empty() || first < first_ || first > first_ + have) {
+    rows_.clear();
+    first_ = first;
+  } else {
+    rows_.resize(size_t((first - first_) * cols));
+  }
+  rows_.insert(rows_.end(), hidden.begin(), hidden.end());
+  const int64_t excess = int64_t(rows_.size()) / cols - kMaxPending;
+  if (excess > 0) {
+    rows_.erase(rows_.begin(), rows_.begin() + std::ptrdiff_t(excess * cols));
+    first_ += excess;
+  }
+}
+
+MtpDrafter::Drafts MtpDrafter::draft(std::span<const int32_t> history, int k) {
+  Drafts d;
+  const int64_t cols = model_.hidden_cols();
+  const int64_t n = int64_t(history.size()) - 1;  // the last token's position
+  const int64_t rows = int64_t(rows_.size()) / cols;
+  if (k <= 0 || rows == 0 || first_ + rows != n) return d;
+  // Catch-up: row t joins the hidden state of position first_ + t with the token after it.
+  // Positions the head never saw (a prompt reused from an earlier call) stay as they are.
+  state_.n_past = first_;
+  const auto next = history.subspan(size_t(first_ + 1), size_t(rows));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto logits = model_.mtp_forward(next, rows_, state_, model::LogitsMode::Last, &chain_);
+  // The catch-up rows cost one head row per token however often the head drafts; its first
+  // draft comes out of the same window.
+  if (rows > 1)
+    d.catch_up_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
+                         double(rows - 1) / double(rows);
+  rows_.clear();
+  first_ = n;
+  for (int j = 0; j < k && state_.n_past < state_.n_ctx(); ++j) {
+    if (j > 0) {
+      const std::span<const float> last(chain_.end() - cols, chain_.end());
+      std::vector<float> h(last.begin(), last.end());
+      logits = model_.mtp_forward(std::span(&d.tokens.back(), 1), h, state_, model::LogitsMode::Last, &chain_);
+    }
+    const auto [token, prob] = best_with_prob(logits);
+    d.tokens.push_back(token);
+    d.probs.push_back(prob);
+  }
+  // The chained steps' cache rows are past the sequence: the next catch-up writes them again.
+  state_.n_past = n;
+  return d;
+}
+
+}  // namespace strata::spec

@@ -1,0 +1,45 @@
+// The MTP drafter: drafts with the model's MTP head (Model::mtp_forward), greedily, chained for
+// depth > 1 (each step feeds the head its own output hidden state and the token it drafted).
+// The head keeps its own KV cache: the trunk's hidden state of every position reaches it once,
+// in a catch-up window that runs just before the next draft (all rows since the last draft in
+// one pass), so its attention sees the whole sequence.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+
+namespace strata::spec {
+
+class MtpDrafter {
+ public:
+  MtpDrafter(model::Model& model, int64_t n_ctx);
+
+  // The trunk's hidden states of positions first.. (rows of Model::hidden_cols()). A position
+  // at or before earlier ones replaces them (the sequence was rolled back or re-prompted). At
+  // most kMaxPending rows wait for the next draft: older ones are dropped, so a head that
+  // SpecGate leaves idle costs neither memory nor a long catch-up window later (the dropped
+  // positions' cache rows stay stale, which only lowers its acceptance).
+  void observe(int64_t first, std::span<const float> hidden);
+  static constexpr int64_t kMaxPending = 256;
+
+  struct Drafts {
+    std::vector<int32_t> tokens;
+    std::vector<float> probs;  // the head's probability for each drafted token
+    double catch_up_seconds = 0;  // the catch-up window's share of the drafting time
+  };
+  // Up to k drafts after history.back() (at position history.size() - 1); history[p] is the
+  // token at position p. Empty when the hidden state before the last token was not observed.
+  Drafts draft(std::span<const int32_t> history, int k);
+
+ private:
+  model::Model& model_;
+  model::State state_;
+  int64_t first_ = 0;          // position of rows_'s first row
+  std::vector<float> rows_;    // observed hidden states not yet in the head's cache
+  std::vector<float> chain_;   // a step's output hidden state
+};
+
+}  // namespace strata::spec

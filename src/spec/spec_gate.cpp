@@ -1,0 +1,135 @@
+#include "spec/spec_gate.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace strata::spec {
+
+namespace {
+constexpr int64_t kAcceptanceMemory = 16;
+constexpr int64_t kTimeMemory = 8;
+constexpr int64_t kProbeEvery = 16, kProbeEveryUnmeasured = 4, kWellMeasured = 3;
+constexpr int kPlainAfter = 64;
+}  // namespace
+
+const char* source_name(Source s) { return s == Source::Mtp ? "mtp" : "suffix"; }
+
+SpecGate::SpecGate(const GateOptions& options) : o_(options) {
+  if (o_.max_depth < 0 || o_.max_depth > kMaxDepth)
+    fail("spec: the depth limit ", o_.max_depth, " is outside 0..", kMaxDepth);
+  if (o_.fixed_depth && (*o_.fixed_depth < 0 || *o_.fixed_depth > kMaxDepth))
+    fail("--spec-depth: ", *o_.fixed_depth, " is outside 0..", kMaxDepth);
+}
+
+double SpecGate::rho() const { return rho_.count > 0 ? rho_.value : o_.prior_rho; }
+
+std::optional<double> SpecGate::window_seconds(int rows) const {
+  if (rows < 1 || rows > kMaxDepth + 1 || t_[1].count == 0) return std::nullopt;
+  if (t_[size_t(rows)].count > 0) return t_[size_t(rows)].value;
+  return t_[1].value * (1.0 + rho() * double(rows - 1));
+}
+
+double SpecGate::acceptance(Source s, int j) const {
+  const Ema& e = acc_[size_t(s)][size_t(j)];
+  return e.count > 0 ? e.value : o_.prior_acceptance;
+}
+
+int64_t SpecGate::judged(Source s, int j) const { return acc_[size_t(s)][size_t(j)].count; }
+
+double SpecGate::a(Source s, int j, std::span<const float> probs) const {
+  const double measured = acceptance(s, j);
+  if (size_t(j) > probs.size()) return measured;
+  const Ema& p = prob_[size_t(s)][size_t(j)];
+  // The drafter's probability, calibrated by how its past probabilities at this position
+  // turned into acceptances.
+  const double scale = p.count > 0 && p.value > 0 ? measured / p.value : 1.0;
+  return std::clamp(double(probs[size_t(j - 1)]) * scale, 0.0, 1.0);
+}
+
+double SpecGate::value(Source s, int k, std::span<const float> probs) const {
+  if (k <= 0) return 1.0;
+  const auto t1 = window_seconds(1), tk = window_seconds(k + 1);
+  if (!t1 || *t1 <= 0) return 0.0;
+  double expected = 1, run = 1;
+  for (int j = 1; j <= k; ++j) expected += run *= a(s, j, probs);
+  const double d = d_[size_t(s)].count > 0 ? d_[size_t(s)].value : 0.0;
+  const double cost = (*tk + double(k - 1) * d) / *t1;
+  return cost > 0 ? expected / cost : 0.0;
+}
+
+int SpecGate::best(Source s, int available, std::span<const float> probs, double* value_out) const {
+  int k_best = 0;
+  double v_best = 1.0;
+  for (int k = 1; k <= std::min(available, o_.max_depth); ++k) {
+    const double v = value(s, k, probs);
+    if (v > v_best) {
+      v_best = v;
+      k_best = k;
+    }
+  }
+  if (value_out) *value_out = v_best;
+  return k_best;
+}
+
+double SpecGate::best_value(Source s, int available) const {
+  double v = 1.0;
+  best(s, std::clamp(available, 0, kMaxDepth), {}, &v);
+  return v;
+}
+
+Pick SpecGate::pick(Source s, int available, std::span<const float> probs) {
+  available = std::clamp(available, 0, kMaxDepth);
+  Pick p;
+  if (o_.fixed_depth) {
+    p.depth = std::min(*o_.fixed_depth, available);
+    p.value = value(s, p.depth, probs);
+    return p;
+  }
+  if (available == 0 || o_.max_depth == 0) return p;
+  ++picks_;
+  // T(1) first: nothing can be weighed against an unmeasured plain step.
+  if (t_[1].count == 0 || drafted_in_a_row_ >= kPlainAfter) {
+    p.forced_plain = drafted_in_a_row_ >= kPlainAfter;
+    drafted_in_a_row_ = 0;
+    return p;
+  }
+  p.depth = best(s, available, probs, &p.value);
+  const int deeper = p.depth + 1;
+  const bool can_probe = deeper <= std::min(available, o_.max_depth);
+  const int64_t period =
+      can_probe && t_[size_t(deeper + 1)].count < kWellMeasured ? kProbeEveryUnmeasured : kProbeEvery;
+  if (can_probe && picks_ % period == 0) {
+    p.depth = deeper;
+    p.value = value(s, deeper, probs);
+    p.probe = true;
+  }
+  drafted_in_a_row_ = p.depth > 0 ? drafted_in_a_row_ + 1 : 0;
+  return p;
+}
+
+int SpecGate::trim(Source s, std::span<const float> probs) const {
+  if (o_.fixed_depth) return std::min<int>(*o_.fixed_depth, int(probs.size()));
+  return best(s, int(probs.size()), probs, nullptr);
+}
+
+void SpecGate::window_done(int rows, double seconds) {
+  if (rows < 1 || rows > kMaxDepth + 1 || !(seconds >= 0)) return;
+  t_[size_t(rows)].add(seconds, kTimeMemory);
+  if (rows > 1 && t_[1].count > 0 && t_[1].value > 0)
+    rho_.add(std::max(0.0, (t_[size_t(rows)].value / t_[1].value - 1.0) / double(rows - 1)), kTimeMemory);
+}
+
+void SpecGate::verified(Source s, int drafted, int accepted, std::span<const float> probs) {
+  drafted = std::min(drafted, kMaxDepth);
+  for (int j = 1; j <= std::min(drafted, accepted + 1); ++j) {
+    acc_[size_t(s)][size_t(j)].add(j <= accepted ? 1.0 : 0.0, kAcceptanceMemory);
+    if (size_t(j) <= probs.size()) prob_[size_t(s)][size_t(j)].add(probs[size_t(j - 1)], kAcceptanceMemory);
+  }
+}
+
+void SpecGate::drafted(Source s, int tokens, double seconds) {
+  if (tokens > 0 && seconds >= 0) d_[size_t(s)].add(seconds / double(tokens), kTimeMemory);
+}
+
+}  // namespace strata::spec

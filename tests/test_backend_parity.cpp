@@ -1,0 +1,440 @@
+// Every backend against the CPU backend, op by op, as ggml's test-backend-ops does: random shapes
+// (three draws per op), each op run on the backend under test and on a CpuBackend and compared
+// within the op's stated limit (docs/CUDA.md, "Error limits against the CPU"; bitwise where the op
+// is pure data movement or reduces in the CPU's lane order), plus the determinism contract on the
+// backend under test: a T-row call equals T one-row calls bit for bit. The "cpu" instance checks
+// the CPU backend against a second CPU backend of another thread count; "cuda" skips without a
+// device, printing why. Weight ops are in test_backend_parity_moe.cpp; the CPU backend's checks
+// against naive references stay in test_backend_ops*.cpp.
+#include <algorithm>
+#include <numeric>
+
+#include "backend_test_util.h"
+
+namespace strata::backend::testing {
+namespace {
+
+using Ops = BackendTest;
+
+// The three random draws every op runs.
+constexpr uint64_t kDraws[] = {11, 12, 13};
+
+int64_t pick(Rng& rng, int64_t lo, int64_t hi) { return lo + int64_t(rng.below(uint32_t(hi - lo + 1))); }
+
+TEST_P(Ops, MemoryUploadDownloadViewsAndIds) {
+  Backend& b = be();
+  Tensor t = b.alloc(5, 7);
+  for (float v : read(b, t)) ASSERT_EQ(v, 0.0f);
+  b.fill(t.cols_view(2, 3), 1.5f);
+  Floats got = read(b, t);
+  for (int r = 0; r < 5; ++r)
+    for (int c = 0; c < 7; ++c) ASSERT_EQ(got[r * 7 + c], c >= 2 && c < 5 ? 1.5f : 0.0f);
+  const Floats host = normal_floats(4 * 3, 1);
+  b.upload(host.data(), t.rows_view(1, 4).cols_view(3, 3));
+  got = read(b, t.rows_view(1, 4).cols_view(3, 3));
+  expect_bitwise(got, host, "strided upload/download");
+  Tensor dst = b.alloc(4, 3);
+  b.copy(t.rows_view(1, 4).cols_view(3, 3), dst);
+  expect_bitwise(read(b, dst), host, "copy of a view");
+  expect_throws_naming([&] { b.copy(t, dst); }, "copy");
+  expect_throws_naming([&] { b.release(t.rows_view(1, 1)); }, "release");
+  b.release(t);
+  expect_throws_naming([&] { b.release(t); }, "release");
+  b.release(dst);
+
+  Ids ids = b.alloc_ids(3, 4);
+  std::vector<int32_t> back(12, -1);
+  b.download_ids(ids, back.data());
+  for (int32_t v : back) ASSERT_EQ(v, 0);
+  std::vector<int32_t> vals(12);
+  std::iota(vals.begin(), vals.end(), -5);
+  b.upload_ids(vals.data(), ids);
+  b.download_ids(ids, back.data());
+  EXPECT_EQ(back, vals);
+  std::vector<int32_t> row(4);
+  b.download_ids(ids.rows_view(2, 1), row.data());
+  EXPECT_EQ(row, std::vector<int32_t>(vals.begin() + 8, vals.end()));
+  expect_throws_naming([&] { b.release_ids(ids.rows_view(1, 1)); }, "release_ids");
+  b.release_ids(ids);
+}
+
+TEST_P(Ops, WeightsAndSlices) {
+  HostTensor stack = random_tensor("blk.0.ffn_gate_exps.weight", quant::Type::Q8_0, 6, 64, 3, 5);
+  Weight w = be().weight(stack.info, 2);
+  EXPECT_EQ(w.cols, 64);
+  EXPECT_EQ(w.rows, 6);
+  EXPECT_EQ(w.row_stride, quant::row_bytes(quant::Type::Q8_0, 64));
+  // Slice 2 row 4 is the stack's row 16.
+  Tensor y = be().alloc(1, 64);
+  be().get_rows(w, ids_of(be(), {4}), y);
+  Floats want(64);
+  quant::dequantize(quant::Type::Q8_0, stack.bytes.data() + 16 * w.row_stride, want.data(), 64);
+  expect_bitwise(read(be(), y), want, "slice 2, row 4");
+  expect_throws_naming([&] { be().weight(stack.info, 3); }, "blk.0.ffn_gate_exps.weight");
+  expect_throws_naming([&] { be().weight(stack.info, -1); }, "slice");
+  HostTensor bad = stack;
+  bad.info.shape = {4, 2, 2, 3};
+  expect_throws_naming([&] { be().weight(bad.info); }, "blk.0.ffn_gate_exps.weight");
+  bad.info.shape = {64, 6};
+  bad.info.data = nullptr;
+  expect_throws_naming([&] { be().weight(bad.info); }, "no data");
+}
+
+// A row-wise op on the backend under test and on the CPU: the T-row result, the same call row by
+// row on the backend under test (must be bitwise the T-row result), and the CPU's T-row result.
+struct RowwiseResult {
+  Floats window, rows, cpu;
+};
+
+RowwiseResult run_rowwise(Backend& be, Backend& cpu, int64_t T,
+                          const std::vector<std::pair<int64_t, Floats>>& inputs, int64_t out_cols,
+                          const std::function<void(Backend&, std::vector<Tensor>&, Tensor)>& op) {
+  auto run = [&](Backend& b, bool one_row) {
+    std::vector<Tensor> in;
+    for (const auto& [cols, host] : inputs) in.push_back(make(b, T, cols, host));
+    Tensor out = b.alloc(T, out_cols);
+    if (one_row) {
+      for (int64_t r = 0; r < T; ++r) {
+        std::vector<Tensor> row;
+        for (Tensor& t : in) row.push_back(t.rows_view(r, 1));
+        op(b, row, out.rows_view(r, 1));
+      }
+    } else {
+      op(b, in, out);
+    }
+    Floats got = read(b, out);
+    for (Tensor& t : in) b.release(t);
+    b.release(out);
+    return got;
+  };
+  return {run(be, false), run(be, true), run(cpu, false)};
+}
+
+TEST_P(Ops, ElementWise) {
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t T = pick(rng, 1, 9), C = pick(rng, 1, 3000);
+    SCOPED_TRACE(::testing::Message() << "T " << T << " C " << C);
+    const Floats a = normal_floats(size_t(T * C), draw * 10 + 1, 4.0f);
+    const Floats b = normal_floats(size_t(T * C), draw * 10 + 2, 4.0f);
+    const Floats g1 = normal_floats(size_t(T), draw * 10 + 3, 4.0f);
+    struct Case {
+      const char* name;
+      std::vector<std::pair<int64_t, Floats>> in;
+      std::function<void(Backend&, std::vector<Tensor>&, Tensor)> op;
+      double rel;  // 0: bitwise
+    };
+    const Case cases[] = {
+        {"add", {{C, a}, {C, b}}, [](Backend& k, std::vector<Tensor>& i, Tensor o) { k.add(i[0], i[1], o); }, 0},
+        {"scale", {{C, a}}, [](Backend& k, std::vector<Tensor>& i, Tensor o) { k.scale(i[0], 0.3f, o); }, 0},
+        {"mul_sigmoid", {{C, a}, {C, b}}, [](Backend& k, std::vector<Tensor>& i, Tensor o) { k.mul_sigmoid(i[0], i[1], o); }, 2e-6},
+        {"mul_sigmoid per row", {{C, a}, {1, g1}}, [](Backend& k, std::vector<Tensor>& i, Tensor o) { k.mul_sigmoid(i[0], i[1], o); }, 2e-6},
+        {"swiglu", {{C, a}, {C, b}}, [](Backend& k, std::vector<Tensor>& i, Tensor o) { k.swiglu(i[0], i[1], o); }, 2e-6},
+    };
+    for (const Case& c : cases) {
+      const RowwiseResult r = run_rowwise(be(), ref(), T, c.in, C, c.op);
+      expect_bitwise(r.rows, r.window, std::string(c.name) + ": T rows vs one-row calls");
+      if (c.rel == 0)
+        expect_bitwise(r.window, r.cpu, std::string(c.name) + " vs cpu");
+      else
+        expect_close(r.window, r.cpu, c.rel, 1e-30, std::string(c.name) + " vs cpu");
+    }
+  }
+  Tensor at = make(be(), 2, 8, normal_floats(16, 1)), yt = be().alloc(2, 8);
+  expect_throws_naming([&] { be().add(at, at.cols_view(0, 5), yt); }, "add");
+  expect_throws_naming([&] { be().mul_sigmoid(at, at.cols_view(0, 2), yt); }, "mul_sigmoid");
+  expect_throws_naming([&] { be().swiglu(at, at, yt.rows_view(0, 1)); }, "swiglu");
+  expect_throws_naming([&] { be().scale(at, 2.0f, yt.rows_view(0, 1)); }, "scale");
+}
+
+TEST_P(Ops, SplitGroups) {
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t T = pick(rng, 1, 6), groups = pick(rng, 1, 8);
+    std::vector<int64_t> widths(size_t(pick(rng, 1, 4)));
+    for (int64_t& w : widths) w = pick(rng, 1, 40);
+    const int64_t group = std::accumulate(widths.begin(), widths.end(), int64_t(0));
+    const Floats x = normal_floats(size_t(T * groups * group), draw);
+    auto run = [&](Backend& b) {
+      Tensor xt = make(b, T, groups * group, x);
+      std::vector<Tensor> outs;
+      for (int64_t w : widths) outs.push_back(b.alloc(T, groups * w));
+      b.split_groups(xt, groups, widths, outs);
+      Floats all;
+      for (Tensor& o : outs) {
+        const Floats part = read(b, o);
+        all.insert(all.end(), part.begin(), part.end());
+      }
+      return all;
+    };
+    expect_bitwise(run(be()), run(ref()), "split_groups vs cpu");
+  }
+  Tensor xt = be().alloc(2, 24);
+  std::vector<Tensor> outs = {be().alloc(2, 12), be().alloc(2, 12)};
+  const std::vector<int64_t> bad = {6, 5};
+  expect_throws_naming([&] { be().split_groups(xt, 2, bad, outs); }, "split_groups");
+}
+
+TEST_P(Ops, Norms) {
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t T = pick(rng, 1, 7), group = 16 * pick(rng, 1, 40) + pick(rng, 0, 15),
+                  C = group * pick(rng, 1, 6);
+    SCOPED_TRACE(::testing::Message() << "T " << T << " group " << group << " C " << C);
+    const Floats x = normal_floats(size_t(T * C), draw, 3.0f), b = normal_floats(size_t(T * C), draw + 7);
+    HostTensor gain = f32_tensor("norm.weight", {group}, normal_floats(size_t(group), draw + 1));
+    const Weight wb = be().weight(gain.info), wr = ref().weight(gain.info);
+    RowwiseResult r = run_rowwise(be(), ref(), T, {{C, x}}, C,
+                                  [&](Backend& k, std::vector<Tensor>& i, Tensor o) {
+                                    k.rms_norm(i[0], &k == &ref() ? &wr : &wb, group, 1e-6f, o);
+                                  });
+    expect_bitwise(r.rows, r.window, "rms_norm: T rows vs one-row calls");
+    expect_bitwise(r.window, r.cpu, "rms_norm vs cpu");
+    r = run_rowwise(be(), ref(), T, {{C, x}}, C, [&](Backend& k, std::vector<Tensor>& i, Tensor o) {
+      k.rms_norm(i[0], nullptr, group, 1e-5f, o);
+    });
+    expect_bitwise(r.window, r.cpu, "rms_norm without a gain vs cpu");
+    r = run_rowwise(be(), ref(), T, {{C, x}}, C, [&](Backend& k, std::vector<Tensor>& i, Tensor o) {
+      k.l2_norm(i[0], group, 1e-6f, o);
+    });
+    expect_bitwise(r.rows, r.window, "l2_norm: T rows vs one-row calls");
+    expect_bitwise(r.window, r.cpu, "l2_norm vs cpu");
+    r = run_rowwise(be(), ref(), T, {{C, x}, {C, b}}, C / group,
+                    [&](Backend& k, std::vector<Tensor>& i, Tensor o) {
+                      k.signed_sqrt_dot(i[0], i[1], group, 0.125f, o);
+                    });
+    expect_bitwise(r.rows, r.window, "signed_sqrt_dot: T rows vs one-row calls");
+    expect_bitwise(r.window, r.cpu, "signed_sqrt_dot vs cpu");
+  }
+  // In place.
+  const Floats x = normal_floats(3 * 64, 5);
+  Tensor xt = make(be(), 3, 64, x), yt = be().alloc(3, 64);
+  be().rms_norm(xt, nullptr, 32, 1e-6f, yt);
+  be().rms_norm(xt, nullptr, 32, 1e-6f, xt);
+  expect_bitwise(read(be(), xt), read(be(), yt), "rms_norm in place");
+  expect_throws_naming([&] { be().rms_norm(xt, nullptr, 30, 1e-6f, yt); }, "rms_norm");
+  expect_throws_naming([&] { be().l2_norm(xt, 32, 1e-6f, yt.cols_view(0, 10)); }, "l2_norm");
+  expect_throws_naming([&] { be().signed_sqrt_dot(xt, xt, 48, 1.0f, yt); }, "signed_sqrt_dot");
+}
+
+TEST_P(Ops, RopeNeox) {
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t T = pick(rng, 1, 8), heads = pick(rng, 1, 6), head_dim = 2 * pick(rng, 4, 64),
+                  rope_dim = 2 * pick(rng, 1, head_dim / 2);
+    const float theta = draw == 11 ? 1e7f : 1e4f;
+    SCOPED_TRACE(::testing::Message() << "T " << T << " head_dim " << head_dim << " rope " << rope_dim);
+    const Floats x = normal_floats(size_t(T * heads * head_dim), draw, 4.0f);
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    for (int32_t& p : pos) p = int32_t(rng.below(262144));
+    auto run = [&](Backend& b, bool one_row) {
+      Tensor t = make(b, T, heads * head_dim, x);
+      const Ids p = ids_of(b, pos);
+      if (one_row) {
+        for (int64_t r = 0; r < T; ++r)
+          b.rope_neox(t.rows_view(r, 1), p.rows_view(r, 1), head_dim, rope_dim, theta);
+      } else {
+        b.rope_neox(t, p, head_dim, rope_dim, theta);
+      }
+      return read(b, t);
+    };
+    const Floats got = run(be(), false);
+    expect_bitwise(run(be(), true), got, "rope_neox: T rows vs one-row calls");
+    expect_close(got, run(ref(), false), 0, 1e-6, "rope_neox vs cpu");
+  }
+  Tensor t = be().alloc(2, 64);
+  const Ids pos = ids_of(be(), {0, 1});
+  expect_throws_naming([&] { be().rope_neox(t, pos.rows_view(0, 1), 32, 32, 1e4f); }, "rope_neox");
+  expect_throws_naming([&] { be().rope_neox(t, pos, 32, 34, 1e4f); }, "rope_dim");
+}
+
+// kv_write then attention (dense) and attention_selected over random subsets, prefix in the cache.
+TEST_P(Ops, AttentionAndSelected) {
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t n_kv = pick(rng, 1, 3), n_head = n_kv * pick(rng, 1, 4),
+                  hd = std::vector<int64_t>{32, 64, 80, 128, 256}[rng.below(5)],
+                  prefix = pick(rng, 0, 70), T = pick(rng, 1, 7), cache_rows = prefix + T + 3;
+    const float scale = 1.0f / std::sqrt(float(hd));
+    SCOPED_TRACE(::testing::Message() << "heads " << n_head << "/" << n_kv << " hd " << hd
+                                      << " prefix " << prefix << " T " << T);
+    const Floats kpre = normal_floats(size_t(prefix * n_kv * hd), draw + 1),
+                 vpre = normal_floats(size_t(prefix * n_kv * hd), draw + 2),
+                 q = normal_floats(size_t(T * n_head * hd), draw + 3, 2.0f),
+                 k = normal_floats(size_t(T * n_kv * hd), draw + 4),
+                 v = normal_floats(size_t(T * n_kv * hd), draw + 5);
+    std::vector<int32_t> pre_pos(static_cast<size_t>(prefix)), pos(static_cast<size_t>(T));
+    std::iota(pre_pos.begin(), pre_pos.end(), 0);
+    std::iota(pos.begin(), pos.end(), int32_t(prefix));
+    // Row r's positions: selected[r * cap .. r * cap + counts[r]).
+    const int64_t cap = prefix + T;
+    std::vector<int32_t> selected(size_t(T * cap), 0), counts(static_cast<size_t>(T), 0);
+    for (int64_t r = 0; r < T; ++r)
+      for (int32_t p = 0; p <= pos[size_t(r)]; ++p)
+        if (p == pos[size_t(r)] || rng.below(3) == 0)
+          selected[size_t(r * cap + counts[size_t(r)]++)] = p;
+    // Outputs: dense, selected; computed in one window or row by row.
+    auto run = [&](Backend& b, bool one_row) {
+      Tensor kc = b.alloc(cache_rows, n_kv * hd), vc = b.alloc(cache_rows, n_kv * hd);
+      if (prefix > 0)
+        b.kv_write(kc, vc, make(b, prefix, n_kv * hd, kpre), make(b, prefix, n_kv * hd, vpre),
+                   ids_of(b, pre_pos));
+      Tensor qt = make(b, T, n_head * hd, q), kt = make(b, T, n_kv * hd, k),
+             vt = make(b, T, n_kv * hd, v), y = b.alloc(T, n_head * hd), ys = b.alloc(T, n_head * hd);
+      const Ids pt = ids_of(b, pos), sel = ids_of(b, selected, cap), cnt = ids_of(b, counts);
+      if (one_row) {
+        for (int64_t r = 0; r < T; ++r) {
+          const Ids p = pt.rows_view(r, 1);
+          b.kv_write(kc, vc, kt.rows_view(r, 1), vt.rows_view(r, 1), p);
+          b.attention(qt.rows_view(r, 1), kc, vc, p, n_head, n_kv, hd, scale, y.rows_view(r, 1));
+          b.attention_selected(qt.rows_view(r, 1), kc, vc, sel.rows_view(r, 1),
+                               cnt.rows_view(r, 1), n_head, n_kv, hd, scale, ys.rows_view(r, 1));
+        }
+      } else {
+        b.kv_write(kc, vc, kt, vt, pt);
+        b.attention(qt, kc, vc, pt, n_head, n_kv, hd, scale, y);
+        b.attention_selected(qt, kc, vc, sel, cnt, n_head, n_kv, hd, scale, ys);
+      }
+      return std::vector<Floats>{read(b, y), read(b, ys), read(b, kc), read(b, vc)};
+    };
+    const std::vector<Floats> got = run(be(), false), rows = run(be(), true), cpu = run(ref(), false);
+    for (size_t i = 0; i < got.size(); ++i)
+      expect_bitwise(rows[i], got[i], "T rows vs one-row calls, output " + std::to_string(i));
+    expect_close(got[0], cpu[0], 0, 4e-6, "attention vs cpu");
+    expect_close(got[1], cpu[1], 0, 4e-6, "attention_selected vs cpu");
+    expect_bitwise(got[2], cpu[2], "k cache vs cpu");
+    expect_bitwise(got[3], cpu[3], "v cache vs cpu");
+  }
+  // Shapes are checked on every backend; position values only where they are host memory (the
+  // CPU: test_backend_ops.cpp), the CUDA kernels keep them inside the cache instead.
+  Tensor kc = be().alloc(8, 64), vc = be().alloc(8, 64), qt = be().alloc(2, 128), yt = be().alloc(2, 128);
+  const Ids ok = ids_of(be(), {0, 1});
+  expect_throws_naming([&] { be().attention(qt, kc, vc, ok.rows_view(0, 1), 2, 1, 64, 1.0f, yt); },
+                       "attention");
+  expect_throws_naming([&] { be().attention(qt, kc, vc, ok, 2, 3, 64, 1.0f, yt); }, "attention");
+  expect_throws_naming([&] { be().attention(qt, kc, vc, ok, 2, 1, 64, 1.0f, qt); }, "overlap");
+  expect_throws_naming([&] { be().kv_write(kc, vc, qt, qt, ok); }, "kv_write");
+  expect_throws_naming([&] { be().attention_selected(qt, kc, vc, ok, ok.rows_view(0, 1), 2, 1, 64, 1.0f, yt); },
+                       "counts");
+}
+
+TEST_P(Ops, BlockScores) {
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t T = pick(rng, 1, 6), heads = pick(rng, 1, 5), hd = 16 * pick(rng, 1, 8),
+                  blocks = pick(rng, 1, 40);
+    const int64_t block = pick(rng, 1, 8);
+    std::vector<int32_t> pos(static_cast<size_t>(T));  // each row sees 0..blocks complete blocks
+    for (int32_t& p : pos) p = int32_t(rng.below(uint32_t((blocks + 1) * block)));
+    const Floats q = normal_floats(size_t(T * heads * hd), draw), keys = normal_floats(size_t(blocks * hd), draw + 1);
+    const float scale = 1.0f / std::sqrt(float(hd));
+    auto run = [&](Backend& b, bool one_row) {
+      Tensor qt = make(b, T, heads * hd, q), kt = make(b, blocks, hd, keys), y = b.alloc(T, blocks);
+      b.fill(y, 7.0f);
+      const Ids p = ids_of(b, pos);
+      if (one_row) {
+        for (int64_t r = 0; r < T; ++r)
+          b.block_scores(qt.rows_view(r, 1), kt, p.rows_view(r, 1), block, heads, hd, scale,
+                         y.rows_view(r, 1));
+      } else {
+        b.block_scores(qt, kt, p, block, heads, hd, scale, y);
+      }
+      return read(b, y);
+    };
+    const Floats got = run(be(), false);
+    expect_bitwise(run(be(), true), got, "block_scores: T rows vs one-row calls");
+    expect_bitwise(got, run(ref(), false), "block_scores vs cpu");
+  }
+  Tensor qt = be().alloc(1, 64), kt = be().alloc(3, 32), yt = be().alloc(1, 3);
+  const Ids p = ids_of(be(), {3});
+  expect_throws_naming([&] { be().block_scores(qt, kt, p, 1, 2, 16, 1.0f, yt); }, "block_scores");
+  expect_throws_naming([&] { be().block_scores(qt, kt, p, 1, 2, 32, 1.0f, be().alloc(2, 3)); },
+                       "block_scores");
+}
+
+TEST_P(Ops, Conv1dCarriesState) {
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t T = pick(rng, 1, 12), C = pick(rng, 1, 700), K = pick(rng, 2, 5),
+                  D = draw == 11 ? 1 : pick(rng, 1, 4), S = (K - 1) * D;
+    SCOPED_TRACE(::testing::Message() << "T " << T << " C " << C << " K " << K << " D " << D);
+    const Floats x = normal_floats(size_t(T * C), draw), s0 = normal_floats(size_t(S * C), draw + 2);
+    HostTensor w = f32_tensor("conv.weight", {K, C}, normal_floats(size_t(C * K), draw + 1));
+    auto run = [&](Backend& b, bool one_row) {
+      const Weight wt = b.weight(w.info);
+      Tensor xt = make(b, T, C, x), st = make(b, S, C, s0), y = b.alloc(T, C);
+      auto conv = [&](const Tensor& in, Tensor out) {
+        if (D == 1)
+          b.conv1d_silu(in, st, wt, out);
+        else
+          b.conv1d_dilated_silu(in, st, wt, D, out);
+      };
+      if (one_row) {
+        for (int64_t r = 0; r < T; ++r) conv(xt.rows_view(r, 1), y.rows_view(r, 1));
+      } else {
+        conv(xt, y);
+      }
+      return std::vector<Floats>{read(b, y), read(b, st)};
+    };
+    const std::vector<Floats> got = run(be(), false), rows = run(be(), true), cpu = run(ref(), false);
+    expect_bitwise(rows[0], got[0], "conv: T rows vs one-row calls");
+    expect_bitwise(rows[1], got[1], "conv state: T rows vs one-row calls");
+    expect_close(got[0], cpu[0], 1e-6, 1e-7, "conv vs cpu");
+    expect_bitwise(got[1], cpu[1], "conv state vs cpu");
+  }
+  HostTensor w = f32_tensor("conv.weight", {4, 8}, normal_floats(32, 1));
+  const Weight wt = be().weight(w.info);
+  Tensor xt = be().alloc(2, 8), st = be().alloc(4, 8), y = be().alloc(2, 8);
+  expect_throws_naming([&] { be().conv1d_silu(xt, st, wt, y); }, "state");
+  expect_throws_naming([&] { be().conv1d_dilated_silu(xt, st, wt, 0, y); }, "dilation");
+}
+
+TEST_P(Ops, GatedDeltaRuleCarriesState) {
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t T = pick(rng, 1, 8), H = pick(rng, 1, 6), dk = 16 * pick(rng, 1, 8),
+                  dv = 16 * pick(rng, 1, 8);
+    SCOPED_TRACE(::testing::Message() << "T " << T << " H " << H << " dk " << dk << " dv " << dv);
+    Floats q = normal_floats(size_t(T * H * dk), draw), k = normal_floats(size_t(T * H * dk), draw + 1),
+           v = normal_floats(size_t(T * H * dv), draw + 2), g(size_t(T * H)), beta(size_t(T * H)),
+           s0 = normal_floats(size_t(H * dk * dv), draw + 3, 0.1f);
+    for (int64_t i = 0; i < T * H; ++i) {
+      g[size_t(i)] = -rng.uniform(0.0f, 1.0f);
+      beta[size_t(i)] = rng.uniform(0.0f, 1.0f);
+      for (Floats* f : {&q, &k}) {  // l2-normed, q also scaled: what the model passes
+        double ss = 0;
+        for (int64_t j = 0; j < dk; ++j) ss += double((*f)[size_t(i * dk + j)]) * (*f)[size_t(i * dk + j)];
+        const double s = (f == &q ? 1.0 / std::sqrt(double(dk)) : 1.0) / std::sqrt(ss);
+        for (int64_t j = 0; j < dk; ++j) (*f)[size_t(i * dk + j)] = float((*f)[size_t(i * dk + j)] * s);
+      }
+    }
+    auto run = [&](Backend& b, bool one_row) {
+      Tensor qt = make(b, T, H * dk, q), kt = make(b, T, H * dk, k), vt = make(b, T, H * dv, v),
+             gt = make(b, T, H, g), bt = make(b, T, H, beta), st = make(b, H * dk, dv, s0),
+             y = b.alloc(T, H * dv);
+      if (one_row) {
+        for (int64_t r = 0; r < T; ++r)
+          b.gated_delta_rule(qt.rows_view(r, 1), kt.rows_view(r, 1), vt.rows_view(r, 1),
+                             gt.rows_view(r, 1), bt.rows_view(r, 1), st, H, y.rows_view(r, 1));
+      } else {
+        b.gated_delta_rule(qt, kt, vt, gt, bt, st, H, y);
+      }
+      return std::vector<Floats>{read(b, y), read(b, st)};
+    };
+    const std::vector<Floats> got = run(be(), false), rows = run(be(), true), cpu = run(ref(), false);
+    expect_bitwise(rows[0], got[0], "delta rule: T rows vs one-row calls");
+    expect_bitwise(rows[1], got[1], "delta rule state: T rows vs one-row calls");
+    expect_close(got[0], cpu[0], 1e-5, 1e-6, "delta rule vs cpu");
+    expect_close(got[1], cpu[1], 1e-5, 1e-6, "delta rule state vs cpu");
+  }
+  Tensor qt = be().alloc(2, 64), vt = be().alloc(2, 64), gt = be().alloc(2, 2), st = be().alloc(64, 32),
+         y = be().alloc(2, 64);
+  expect_throws_naming([&] { be().gated_delta_rule(qt, qt, vt, gt, gt, st.rows_view(0, 8), 2, y); }, "state");
+  expect_throws_naming([&] { be().gated_delta_rule(qt, qt, vt, gt, gt, st, 2, vt); }, "overlap");
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Ops, ::testing::ValuesIn(backend_names()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace strata::backend::testing

@@ -1,0 +1,323 @@
+// The weight ops of every backend against the CPU backend (see test_backend_parity.cpp): matmul
+// per weight format, get_rows, the router, and the routed experts with random expert ids, plus the
+// determinism contract on the backend under test (a T-row window equals T one-row windows, the
+// two-step MoE equals the one-step one however the pairs are chunked, and the MoE equals its own
+// per-pair composition from the backend's matmul and swiglu, bit for bit).
+#include <algorithm>
+#include <numeric>
+
+#include "backend_test_util.h"
+#include "test_quant_util.h"
+
+namespace strata::backend::testing {
+namespace {
+
+using WeightOps = BackendTest;
+
+constexpr quant::Type kFormats[] = {
+    quant::Type::F32,  quant::Type::F16,     quant::Type::BF16,     quant::Type::Q8_0,
+    quant::Type::Q4_0, quant::Type::Q2_K,    quant::Type::Q3_K,     quant::Type::Q4_K,
+    quant::Type::Q5_K, quant::Type::Q6_K,    quant::Type::IQ2_XXS,  quant::Type::IQ2_XS,
+    quant::Type::IQ3_XXS, quant::Type::IQ4_XS, quant::Type::FP8_E4M3,
+};
+
+int64_t pick(Rng& rng, int64_t lo, int64_t hi) { return lo + int64_t(rng.below(uint32_t(hi - lo + 1))); }
+
+// Columns come in whole blocks of the weight and of its activation layout, and in groups of 8
+// (the CUDA decoders' unit; the float formats' rows too).
+int64_t block_of(quant::Type t) {
+  return std::max({quant::type_info(t).block_elems,
+                   quant::act_block_elems(quant::kernels(t).act), int64_t(8)});
+}
+
+// The matmul limit against the CPU: both compute the exact sum of the same weights times the same
+// quantized activation values, within float rounding: the GPU's per-lane fma chains and butterfly
+// ((cols/32 + 5) * 2^-24 relative to sum |w a|), the CPU's per-block scaling of exact integer sums
+// (about 2 roundings per block) and its fast dot's tolerance.
+double matmul_limit(quant::Type t, int64_t cols, double magnitude) {
+  const double blocks = double(cols) / double(quant::type_info(t).block_elems);
+  return (double(cols) / 32 + 2 * blocks + 16) * 0x1p-24 * magnitude +
+         quant::kernels(t).dot_tolerance * magnitude;
+}
+
+TEST_P(WeightOps, MatmulEveryFormat) {
+  Rng rng(21);
+  for (quant::Type t : kFormats) {
+    SCOPED_TRACE(quant::type_name(t));
+    const int64_t block = block_of(t), T = pick(rng, 1, 19), rows = pick(rng, 1, 150),
+                  cols = block * pick(rng, 1, 2048 / block + 1);
+    SCOPED_TRACE(::testing::Message() << "T " << T << " rows " << rows << " cols " << cols);
+    HostTensor w = random_tensor("w", t, rows, cols, 1, 100 + uint64_t(t));
+    Floats x = normal_floats(size_t(T * cols), 200 + uint64_t(t));
+    for (size_t i = 0; i < x.size(); i += 37) x[i] *= 8.0f;  // outliers set block scales
+    auto run = [&](Backend& b, bool one_row) {
+      const Weight wt = b.weight(w.info);
+      Tensor xt = make(b, T, cols, x), y = b.alloc(T, rows);
+      if (one_row) {
+        for (int64_t r = 0; r < T; ++r) b.matmul(wt, xt.rows_view(r, 1), y.rows_view(r, 1));
+      } else {
+        b.matmul(wt, xt, y);
+      }
+      return read(b, y);
+    };
+    const Floats got = run(be(), false), cpu = run(ref(), false);
+    expect_bitwise(run(be(), true), got, "matmul: T rows vs one-row calls");
+    // The limit needs sum |w a| over the values the dot products see.
+    const quant::FormatKernels& k = quant::kernels(t);
+    std::vector<uint8_t> act(quant::act_bytes(k.act, cols));
+    Floats wrow(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < T; ++r) {
+      quant::quantize_act_ref(k.act, x.data() + r * cols, act.data(), cols);
+      const Floats a = quant::testing::dequantize_act(k.act, act.data(), cols);
+      for (int64_t o = 0; o < rows; ++o) {
+        k.dequantize(w.bytes.data() + size_t(o) * quant::row_bytes(t, cols), wrow.data(), cols);
+        double mag = 0;
+        for (int64_t i = 0; i < cols; ++i) mag += std::fabs(double(wrow[size_t(i)]) * a[size_t(i)]);
+        const size_t at = size_t(r * rows + o);
+        ASSERT_LE(std::fabs(double(got[at]) - cpu[at]), matmul_limit(t, cols, mag))
+            << "row " << r << " output " << o << ": " << got[at] << " vs cpu " << cpu[at];
+      }
+    }
+  }
+  HostTensor w = random_tensor("w", quant::Type::Q4_K, 16, 256, 1, 1);
+  const Weight wt = be().weight(w.info);
+  Tensor x = be().alloc(2, 256), y = be().alloc(2, 16);
+  expect_throws_naming([&] { be().matmul(wt, x.cols_view(0, 128), y); }, "matmul");
+  expect_throws_naming([&] { be().matmul(wt, x, y.cols_view(0, 8)); }, "matmul");
+  Weight bad = wt;
+  bad.cols = 200;
+  expect_throws_naming([&] { be().matmul(bad, x.cols_view(0, 200), y); }, "multiple of 256");
+  bad = wt;
+  bad.data = nullptr;
+  expect_throws_naming([&] { be().matmul(bad, x, y); }, "no data");
+}
+
+TEST_P(WeightOps, GetRowsEveryFormat) {
+  Rng rng(22);
+  for (quant::Type t : kFormats) {
+    SCOPED_TRACE(quant::type_name(t));
+    const int64_t rows = pick(rng, 1, 40), cols = quant::type_info(t).block_elems * pick(rng, 1, 6) *
+                                                      (quant::type_info(t).block_elems < 8 ? 8 : 1);
+    HostTensor table = random_tensor("token_embd.weight", t, rows, cols, 1, 300 + uint64_t(t));
+    std::vector<int32_t> ids(size_t(pick(rng, 1, 9)));
+    for (int32_t& id : ids) id = int32_t(rng.below(uint32_t(rows)));
+    auto run = [&](Backend& b) {
+      Tensor y = b.alloc(int64_t(ids.size()), cols);
+      b.get_rows(b.weight(table.info), ids_of(b, ids), y);
+      return read(b, y);
+    };
+    expect_bitwise(run(be()), run(ref()), "get_rows vs cpu");
+  }
+  HostTensor table = random_tensor("t", quant::Type::Q8_0, 10, 64, 1, 7);
+  const Weight wt = be().weight(table.info);
+  Tensor y = be().alloc(1, 64);
+  const Ids bad = ids_of(be(), {10});
+  if (is_cpu()) {
+    expect_throws_naming([&] { be().get_rows(wt, bad, y); }, "id 10");
+  } else {  // device ids are not read on the host: the row of a bad id comes out zero
+    be().get_rows(wt, bad, y);
+    expect_bitwise(read(be(), y), Floats(64, 0.0f), "get_rows of an id outside the table");
+  }
+  expect_throws_naming([&] { be().get_rows(wt, bad, be().alloc(2, 64)); }, "get_rows");
+}
+
+// The router's choice in backend memory, read back.
+Routing route(Backend& b, const Tensor& logits, int64_t K, bool renorm) {
+  const Ids experts = b.alloc_ids(logits.rows, K);
+  const Tensor weights = b.alloc(logits.rows, K);
+  b.route_softmax_topk(logits, renorm, experts, weights);
+  return download_routing(b, experts, weights);
+}
+
+TEST_P(WeightOps, RouterSoftmaxTopK) {
+  for (uint64_t draw : {31, 32, 33}) {
+    Rng rng(draw);
+    const int64_t T = pick(rng, 1, 9), E = pick(rng, 4, 512), K = pick(rng, 1, std::min<int64_t>(E, 10));
+    SCOPED_TRACE(::testing::Message() << "T " << T << " E " << E << " K " << K);
+    Floats logits = normal_floats(size_t(T * E), draw, 2.0f);
+    for (int64_t i = 0; i < 5; ++i) logits[size_t(i * 7 % E)] = 9.0f;  // a tie at the top of row 0
+    for (bool renorm : {false, true}) {
+      Tensor lt = make(be(), T, E, logits), lr = make(ref(), T, E, logits);
+      const Routing got = route(be(), lt, K, renorm);
+      const Routing want = route(ref(), lr, K, renorm);
+      ASSERT_EQ(got.top_k, K);
+      EXPECT_EQ(got.experts, want.experts);
+      expect_close(got.weights, want.weights, 2e-6, 0, "router weights vs cpu");
+      for (int64_t r = 0; r < T; ++r) {  // T rows vs one-row calls
+        const Routing one = route(be(), lt.rows_view(r, 1), K, renorm);
+        EXPECT_TRUE(std::equal(one.experts.begin(), one.experts.end(), got.experts.begin() + r * K));
+        EXPECT_EQ(0, std::memcmp(one.weights.data(), got.weights.data() + r * K, size_t(K) * 4));
+      }
+    }
+  }
+  Tensor lt = be().alloc(2, 8);
+  expect_throws_naming([&] { route(be(), lt, 9, true); }, "top_k");
+}
+
+// Experts of random formats, random routing; owned by the test.
+struct Experts {
+  std::vector<HostTensor> tensors;  // gate, up, down per expert
+  int64_t n_embd, n_ff;
+};
+
+Experts random_experts(Rng& rng, int64_t E, int64_t n_embd, int64_t n_ff) {
+  const quant::Type types[] = {quant::Type::Q4_K, quant::Type::Q8_0, quant::Type::IQ2_XS,
+                               quant::Type::F16, quant::Type::FP8_E4M3};
+  Experts ex{{}, n_embd, n_ff};
+  for (int64_t e = 0; e < E; ++e) {
+    const quant::Type t = e % 3 == 1 ? types[rng.below(5)] : quant::Type::Q4_K;
+    ex.tensors.push_back(random_tensor("gate", t, n_ff, n_embd, 1, rng.next()));
+    ex.tensors.push_back(random_tensor("up", t, n_ff, n_embd, 1, rng.next()));
+    ex.tensors.push_back(random_tensor("down", t, n_embd, n_ff, 1, rng.next()));
+  }
+  return ex;
+}
+
+std::vector<ExpertWeights> weights_on(Backend& b, const Experts& ex) {
+  std::vector<ExpertWeights> out;
+  for (size_t i = 0; i < ex.tensors.size(); i += 3)
+    out.push_back({b.weight(ex.tensors[i].info), b.weight(ex.tensors[i + 1].info),
+                   b.weight(ex.tensors[i + 2].info)});
+  return out;
+}
+
+Routing random_routing(Rng& rng, int64_t T, int64_t E, int64_t K) {
+  Routing r;
+  r.top_k = K;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> ids(static_cast<size_t>(E));
+    std::iota(ids.begin(), ids.end(), 0);
+    for (int64_t j = 0; j < K; ++j) {
+      std::swap(ids[size_t(j)], ids[size_t(j + rng.below(uint32_t(E - j)))]);
+      r.experts.push_back(ids[size_t(j)]);
+      r.weights.push_back(rng.uniform(0.05f, 0.6f));
+    }
+  }
+  return r;
+}
+
+// A host routing in backend memory.
+struct RoutingTensors {
+  Ids experts;
+  Tensor weights;
+};
+
+RoutingTensors on(Backend& b, const Routing& r) {
+  const int64_t rows = int64_t(r.experts.size()) / r.top_k;
+  RoutingTensors t{b.alloc_ids(rows, r.top_k), b.alloc(rows, r.top_k)};
+  upload_routing(b, r, t.experts, t.weights);
+  return t;
+}
+
+void moe(Backend& b, const Tensor& x, const Routing& r, std::span<const ExpertWeights> ew, Tensor y) {
+  const RoutingTensors t = on(b, r);
+  b.moe_experts(x, t.experts, t.weights, ew, y);
+}
+
+Routing rows_of(const Routing& r, int64_t first, int64_t n) {
+  Routing out;
+  out.top_k = r.top_k;
+  out.experts.assign(r.experts.begin() + first * r.top_k, r.experts.begin() + (first + n) * r.top_k);
+  out.weights.assign(r.weights.begin() + first * r.top_k, r.weights.begin() + (first + n) * r.top_k);
+  return out;
+}
+
+TEST_P(WeightOps, MoeRandomExperts) {
+  for (uint64_t draw : {41, 42, 43}) {
+    Rng rng(draw);
+    const int64_t E = pick(rng, 3, 12), K = pick(rng, 1, std::min<int64_t>(E, 4)), T = pick(rng, 1, 11),
+                  n_embd = 256 * pick(rng, 1, 2), n_ff = 256 * pick(rng, 1, 2);
+    SCOPED_TRACE(::testing::Message() << "E " << E << " K " << K << " T " << T << " n_embd "
+                                      << n_embd << " n_ff " << n_ff);
+    const Experts ex = random_experts(rng, E, n_embd, n_ff);
+    const Routing routing = random_routing(rng, T, E, K);
+    const Floats x = normal_floats(size_t(T * n_embd), draw), y0 = normal_floats(size_t(T * n_embd), draw + 1);
+
+    auto one_step = [&](Backend& b) {
+      const std::vector<ExpertWeights> ew = weights_on(b, ex);
+      Tensor xt = make(b, T, n_embd, x), y = make(b, T, n_embd, y0);
+      moe(b, xt, routing, ew, y);
+      return read(b, y);
+    };
+    const Floats got = one_step(be()), cpu = one_step(ref());
+
+    // Each pair's FFN from the backend's own matmul and swiglu, combined in rank order with fma.
+    // On CUDA, matmul is the integer mat-vec (bitwise the CPU's) while the MoE kernels decode to
+    // fp32: there both are held to the CPU instead (below).
+    if (is_cpu()) {
+      const std::vector<ExpertWeights> ew = weights_on(be(), ex);
+      Tensor xt = make(be(), T, n_embd, x);
+      Floats want = y0;
+      for (int64_t r = 0; r < T; ++r)
+        for (int64_t j = 0; j < K; ++j) {
+          const ExpertWeights& w = ew[size_t(routing.experts[size_t(r * K + j)])];
+          Tensor g = be().alloc(1, n_ff), u = be().alloc(1, n_ff), o = be().alloc(1, n_embd);
+          be().matmul(w.gate, xt.rows_view(r, 1), g);
+          be().matmul(w.up, xt.rows_view(r, 1), u);
+          be().swiglu(g, u, g);
+          be().matmul(w.down, g, o);
+          const Floats out = read(be(), o);
+          const float wt = routing.weights[size_t(r * K + j)];
+          for (int64_t i = 0; i < n_embd; ++i)
+            want[size_t(r * n_embd + i)] = std::fma(wt, out[size_t(i)], want[size_t(r * n_embd + i)]);
+        }
+      expect_bitwise(got, want, "moe_experts vs its per-pair composition");
+    }
+    // T rows vs one-row windows.
+    {
+      const std::vector<ExpertWeights> ew = weights_on(be(), ex);
+      Tensor xt = make(be(), T, n_embd, x), y = make(be(), T, n_embd, y0);
+      for (int64_t r = 0; r < T; ++r)
+        moe(be(), xt.rows_view(r, 1), rows_of(routing, r, 1), ew, y.rows_view(r, 1));
+      expect_bitwise(read(be(), y), got, "moe_experts: T rows vs one-row calls");
+    }
+    // Two steps, pairs in random chunks.
+    {
+      const std::vector<ExpertWeights> ew = weights_on(be(), ex);
+      Tensor xt = make(be(), T, n_embd, x), y = make(be(), T, n_embd, y0),
+             out = be().alloc(T * K, n_embd);
+      std::vector<int64_t> all(size_t(T * K));
+      std::iota(all.begin(), all.end(), 0);
+      std::vector<std::vector<int64_t>> chunks(3);
+      for (int64_t p : all) chunks[rng.below(3)].push_back(p);
+      const RoutingTensors rt = on(be(), routing);
+      for (const auto& c : chunks) be().moe_expert_outputs(xt, rt.experts, c, ew, out);
+      be().moe_combine(rt.weights, out, y);
+      expect_bitwise(read(be(), y), got, "moe_expert_outputs in chunks + moe_combine");
+    }
+    // Against the CPU: the hidden layer is quantized before down, and a hidden value an ulp away
+    // from a rounding boundary can land one quantization step apart; the limit is relative to
+    // the row's largest output.
+    for (int64_t r = 0; r < T; ++r) {
+      double peak = 0;
+      for (int64_t i = 0; i < n_embd; ++i) peak = std::max(peak, std::fabs(double(cpu[size_t(r * n_embd + i)])));
+      for (int64_t i = 0; i < n_embd; ++i) {
+        const size_t at = size_t(r * n_embd + i);
+        ASSERT_LE(std::fabs(double(got[at]) - cpu[at]), 5e-3 * peak) << "row " << r << " col " << i;
+      }
+    }
+  }
+  Rng rng(5);
+  const Experts ex = random_experts(rng, 4, 256, 256);
+  const std::vector<ExpertWeights> ew = weights_on(be(), ex);
+  Routing routing = random_routing(rng, 2, 4, 2);
+  Tensor xt = be().alloc(2, 256), y = be().alloc(2, 256);
+  if (is_cpu()) {  // expert ids are device values elsewhere
+    Routing bad = routing;
+    bad.experts[1] = 4;
+    expect_throws_naming([&] { moe(be(), xt, bad, ew, y); }, "expert id 4");
+  }
+  const RoutingTensors rt = on(be(), routing);
+  expect_throws_naming(
+      [&] { be().moe_experts(xt, rt.experts, rt.weights.cols_view(0, 1), ew, y); }, "moe_experts");
+  expect_throws_naming([&] { moe(be(), xt, routing, ew, xt); }, "overlap");
+  std::vector<ExpertWeights> narrow = ew;
+  for (ExpertWeights& w : narrow) w.gate.rows = 128;
+  expect_throws_naming([&] { moe(be(), xt, routing, narrow, y); }, "shapes");
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, WeightOps, ::testing::ValuesIn(backend_names()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace strata::backend::testing

@@ -1,0 +1,301 @@
+// What only the CUDA backend has: the activation quantization bitwise the CPU's, matmul bitwise
+// Device::matvec on that activation, the ops the model still runs on the host today (ssm_decay,
+// block_mean, qsa_select) against the model code's own loops, weights uploaded once, and clear
+// errors for host pointers and exhausted memory. Without a device every test skips with the
+// reason (test_backend_parity*.cpp hold the op-by-op comparison with the CPU backend).
+#include <gtest/gtest.h>
+
+#ifdef STRATA_HAVE_CUDA
+
+#include <algorithm>
+#include <cfloat>
+#include <numeric>
+
+#include "backend_test_util.h"
+#include "backend/cuda/cuda_backend.h"
+#include "test_quant_util.h"
+
+namespace strata::backend::testing {
+namespace {
+
+#define REQUIRE_CUDA_DEVICE()                                                  \
+  do {                                                                         \
+    if (cuda::device_count() == 0) GTEST_SKIP() << cuda::unavailable_reason(); \
+  } while (0)
+
+TEST(CudaBackend, QuantizedActivationIsTheCpuRuleBitwise) {
+  REQUIRE_CUDA_DEVICE();
+  cuda::Device dev(0);
+  const int64_t rows = 5, cols = 1024;
+  Floats x = normal_floats(size_t(rows * cols), 3, 2.0f);
+  for (int64_t i = 0; i < 256; ++i) x[size_t(i)] = 0.0f;                      // a zero block
+  for (int64_t i = 256; i < 512; ++i) x[size_t(i)] = 1e-39f * float(i % 7);   // d below FLT_MIN
+  for (int64_t i = 512; i < 768; ++i) x[size_t(i)] = float(i % 9 - 4) * 0.5f;  // ties at .5 codes
+  x[900] = 3e30f;
+  x[1500] = -1e-3f;
+  for (quant::ActFormat f : {quant::ActFormat::Q8_0, quant::ActFormat::Q8_K, quant::ActFormat::F32}) {
+    SCOPED_TRACE(int(f));
+    cuda::DeviceBuffer in(x.size() * 4), out(x.size() * 4);
+    dev.upload(in.data(), x.data(), x.size() * 4);
+    dev.act_round_trip(f, in.as<float>(), out.as<float>(), rows, cols);
+    Floats got(x.size());
+    dev.download(got.data(), out.data(), got.size() * 4);
+    Floats want;
+    std::vector<uint8_t> act(quant::act_bytes(f, cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::quantize_act_ref(f, x.data() + r * cols, act.data(), cols);
+      const Floats row = quant::testing::dequantize_act(f, act.data(), cols);
+      want.insert(want.end(), row.begin(), row.end());
+    }
+    // A block whose fp16 scale overflows (the 3e30 one, Q8_0) encodes 0 * inf: nan on both sides,
+    // with the sign bit of whichever processor multiplied.
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::isnan(got[i]) && std::isnan(want[i])) got[i] = want[i] = 0.0f;
+    expect_bitwise(got, want, "quantize_act");
+  }
+  EXPECT_THROW(dev.act_round_trip(quant::ActFormat::Q8_K, nullptr, nullptr, 1, 100), Error);
+}
+
+// matmul: the integer mat-vec (bitwise the CPU backend's matmul) for its formats, else the fp32
+// mat-vec of the activation as the CPU quantizes it.
+TEST(CudaBackend, MatmulIsTheCpuMatmulOrMatvecOfTheQuantizedActivation) {
+  REQUIRE_CUDA_DEVICE();
+  CudaBackend be(0);
+  CpuBackend cpu(1);
+  cuda::Device dev(0);
+  const int64_t T = 11, rows = 70, cols = 1024;
+  for (quant::Type t : {quant::Type::F32, quant::Type::F16, quant::Type::Q8_0, quant::Type::Q4_K,
+                        quant::Type::IQ2_XS, quant::Type::FP8_E4M3}) {
+    SCOPED_TRACE(quant::type_name(t));
+    HostTensor w = random_tensor("w", t, rows, cols, 1, 7 + uint64_t(t));
+    const Floats x = normal_floats(size_t(T * cols), 8);
+    Tensor xt = make(be, T, cols, x), y = be.alloc(T, rows);
+    be.matmul(be.weight(w.info), xt, y);
+    const Floats got = read(be, y);
+    if (cuda::has_matvec_q(t)) {
+      Tensor yc = cpu.alloc(T, rows);
+      cpu.matmul(cpu.weight(w.info), make(cpu, T, cols, x), yc);
+      expect_bitwise(got, read(cpu, yc), "matmul vs the CPU backend");
+      continue;
+    }
+    cuda::DeviceBuffer wd(w.bytes.size()), xd(x.size() * 4), ad(x.size() * 4), yd(size_t(rows) * 4);
+    dev.upload(wd.data(), w.bytes.data(), w.bytes.size());
+    dev.upload(xd.data(), x.data(), x.size() * 4);
+    dev.act_round_trip(quant::kernels(t).act, xd.as<float>(), ad.as<float>(), T, cols);
+    for (int64_t r = 0; r < T; ++r) {
+      dev.matvec(t, wd.data(), quant::row_bytes(t, cols), rows, cols, ad.as<float>() + r * cols,
+                 yd.as<float>());
+      Floats want(static_cast<size_t>(rows));
+      dev.download(want.data(), yd.data(), want.size() * 4);
+      expect_bitwise(Floats(got.begin() + r * rows, got.begin() + (r + 1) * rows), want,
+                     "row " + std::to_string(r));
+    }
+  }
+}
+
+// model/qwen3next.cpp decay(), as it runs on the host today.
+Floats decay_reference(const Floats& a, const Floats& dt, const Floats& ssm_a, int64_t T, int64_t H) {
+  Floats g = a;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      float& v = g[size_t(t * H + h)];
+      const float z = v + dt[size_t(h)];
+      const float softplus = z > 20.0f ? z : std::log1p(std::exp(z));
+      v = ssm_a[size_t(h)] * softplus;
+    }
+  return g;
+}
+
+TEST(CudaBackend, SsmDecayMatchesTheModelsHostLoop) {
+  REQUIRE_CUDA_DEVICE();
+  CudaBackend be(0);
+  const int64_t T = 9, H = 12;
+  Floats a = normal_floats(size_t(T * H), 1, 8.0f);
+  a[3] = 25.0f;  // past softplus' threshold
+  a[4] = 19.9f;
+  const Floats dt = normal_floats(size_t(H), 2), ssm_a = normal_floats(size_t(H), 3);
+  HostTensor dt_t = f32_tensor("ssm_dt.bias", {H}, dt), a_t = f32_tensor("ssm_a", {H}, ssm_a);
+  const Weight dtw = be.weight(dt_t.info), aw = be.weight(a_t.info);
+  Tensor at = make(be, T, H, a), g = be.alloc(T, H), g1 = be.alloc(T, H);
+  be.ssm_decay(at, dtw, aw, g);
+  for (int64_t r = 0; r < T; ++r) be.ssm_decay(at.rows_view(r, 1), dtw, aw, g1.rows_view(r, 1));
+  const Floats got = read(be, g);
+  expect_bitwise(read(be, g1), got, "T rows vs one-row calls");
+  expect_close(got, decay_reference(a, dt, ssm_a, T, H), 1e-6, 0, "ssm_decay vs the model's loop");
+  HostTensor short_t = f32_tensor("ssm_a", {H - 1}, Floats(size_t(H - 1)));
+  expect_throws_naming([&] { be.ssm_decay(at, dtw, be.weight(short_t.info), g); }, "ssm_decay");
+}
+
+TEST(CudaBackend, BlockMeanMatchesTheModelsHostLoop) {
+  REQUIRE_CUDA_DEVICE();
+  CudaBackend be(0);
+  const int64_t B = 4, nb = 7, di = 64;
+  const Floats raw = normal_floats(size_t(nb * B * di), 4);
+  Floats want(size_t(nb * di));
+  for (int64_t b = 0; b < nb; ++b)  // model/qsa.cpp update_blocks()
+    for (int64_t j = 0; j < di; ++j) {
+      float sum = 0.0f;
+      for (int64_t r = 0; r < B; ++r) sum += raw[size_t((b * B + r) * di + j)];
+      want[size_t(b * di + j)] = sum / float(B);
+    }
+  Tensor x = make(be, nb * B, di, raw), y = be.alloc(nb, di);
+  be.block_mean(x, B, y);
+  expect_bitwise(read(be, y), want, "block_mean");
+  expect_throws_naming([&] { be.block_mean(x.rows_view(0, 5), B, y.rows_view(0, 2)); }, "block_mean");
+}
+
+// model/qsa.cpp select_positions() for one row.
+std::vector<int32_t> select_reference(const float* score, int64_t p, int64_t B, int64_t top) {
+  const int64_t nb = (p + 1) / B;
+  std::vector<int64_t> order(static_cast<size_t>(nb));
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t keep = std::min(top, nb);
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int64_t a, int64_t b) {
+    return score[a] != score[b] ? score[a] > score[b] : a < b;
+  });
+  order.resize(static_cast<size_t>(keep));
+  std::sort(order.begin(), order.end());
+  std::vector<int32_t> out;
+  for (int64_t b : order)
+    for (int64_t r = 0; r < B; ++r) out.push_back(int32_t(b * B + r));
+  for (int64_t r = nb * B; r <= p; ++r) out.push_back(int32_t(r));
+  return out;
+}
+
+TEST(CudaBackend, QsaSelectMatchesTheModelsHostChoice) {
+  REQUIRE_CUDA_DEVICE();
+  CudaBackend be(0);
+  const int64_t B = 4, top = 3, T = 12, blocks = 40, cap = top * B + B - 1;
+  Rng rng(9);
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int32_t& p : pos) p = int32_t(rng.below(uint32_t(blocks * B)));
+  pos[0] = 2;   // no complete block: the tail alone
+  pos[1] = 11;  // exactly three blocks: all kept
+  Floats scores = normal_floats(size_t(T * blocks), 10);
+  for (int64_t b = 0; b < blocks; b += 3) scores[size_t(4 * blocks + b)] = 1.5f;  // ties
+  for (int64_t b = 0; b < blocks; ++b) scores[size_t(5 * blocks + b)] = 0.25f;    // all tied
+  Tensor st = make(be, T, blocks, scores);
+  Ids pt = be.alloc_ids(T, 1), sel = be.alloc_ids(T, cap), counts = be.alloc_ids(T, 1);
+  be.upload_ids(pos.data(), pt);
+  be.qsa_select(st, pt, B, top, sel, counts);
+  std::vector<int32_t> got(size_t(T * cap)), n(static_cast<size_t>(T));
+  be.download_ids(sel, got.data());
+  be.download_ids(counts, n.data());
+  // One-row calls give the same rows.
+  Ids sel1 = be.alloc_ids(T, cap), counts1 = be.alloc_ids(T, 1);
+  for (int64_t r = 0; r < T; ++r)
+    be.qsa_select(st.rows_view(r, 1), pt.rows_view(r, 1), B, top, sel1.rows_view(r, 1),
+                  counts1.rows_view(r, 1));
+  std::vector<int32_t> got1(got.size()), n1(n.size());
+  be.download_ids(sel1, got1.data());
+  be.download_ids(counts1, n1.data());
+  EXPECT_EQ(n1, n);
+  for (int64_t r = 0; r < T; ++r) {
+    const std::vector<int32_t> want = select_reference(scores.data() + r * blocks, pos[size_t(r)], B, top);
+    ASSERT_EQ(n[size_t(r)], int32_t(want.size())) << "row " << r;
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + r * cap)) << "row " << r;
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), got1.begin() + r * cap)) << "row " << r;
+  }
+  expect_throws_naming([&] { be.qsa_select(st, pt, B, top, sel.rows_view(0, 2), counts); }, "qsa_select");
+  Ids narrow = be.alloc_ids(T, cap - 1);
+  expect_throws_naming([&] { be.qsa_select(st, pt, B, top, narrow, counts); }, "selected");
+}
+
+TEST(CudaBackend, WeightsUploadOnceAndHostPointersAreRejected) {
+  REQUIRE_CUDA_DEVICE();
+  CudaBackend be(0);
+  HostTensor stack = random_tensor("blk.0.ffn_up_exps.weight", quant::Type::Q4_K, 32, 256, 6, 1);
+  for (int64_t s = 0; s < 6; ++s) be.weight(stack.info, s);
+  be.weight(stack.info, 3);
+  EXPECT_EQ(be.device_bytes_used(), stack.bytes.size());
+  const Weight w0 = be.weight(stack.info, 0), w5 = be.weight(stack.info, 5);
+  EXPECT_EQ(static_cast<const uint8_t*>(w5.data) - static_cast<const uint8_t*>(w0.data),
+            ptrdiff_t(5 * 32 * w0.row_stride));
+  Weight host = w0;
+  host.data = stack.bytes.data();
+  Tensor x = be.alloc(1, 256), y = be.alloc(1, 32);
+  expect_throws_naming([&] { be.matmul(host, x, y); }, "not device memory");
+  Weight past_end = w5;
+  past_end.rows = 33;
+  expect_throws_naming([&] { be.matmul(past_end, x, be.alloc(1, 33)); }, "not device memory");
+
+  // A one-row view into a longer row (qwen4exp's per-stream gains) covers its own columns only.
+  const Floats gains = normal_floats(4 * 64, 3);
+  HostTensor gain = f32_tensor("hc_attn_norm.weight", {256}, gains);
+  const Weight whole = be.weight(gain.info);
+  const Weight last{whole.type, static_cast<const float*>(whole.data) + 192, 64, 1, whole.row_stride};
+  Tensor xs = make(be, 2, 64, normal_floats(128, 4)), ys = be.alloc(2, 64);
+  be.rms_norm(xs, &last, 64, 1e-6f, ys);
+  CpuBackend cpu(1);
+  const Weight cpu_whole = cpu.weight(gain.info);
+  const Weight cpu_last{cpu_whole.type, static_cast<const float*>(cpu_whole.data) + 192, 64, 1,
+                        cpu_whole.row_stride};
+  Tensor xc = make(cpu, 2, 64, read(be, xs)), yc = cpu.alloc(2, 64);
+  cpu.rms_norm(xc, &cpu_last, 64, 1e-6f, yc);
+  expect_bitwise(read(be, ys), read(cpu, yc), "rms_norm with the last stream's gains");
+  Weight beyond = last;
+  beyond.data = static_cast<const float*>(whole.data) + 193;
+  expect_throws_naming([&] { be.rms_norm(xs, &beyond, 64, 1e-6f, ys); }, "not device memory");
+}
+
+// weight() recognizes a tensor by address, size, name, type, shape and a sample of its bytes: new
+// contents at an old address (another file mapped there) are uploaded again.
+TEST(CudaBackend, NewContentsAtAnOldAddressAreUploadedAgain) {
+  REQUIRE_CUDA_DEVICE();
+  CudaBackend be(0);
+  HostTensor table = random_tensor("token_embd.weight", quant::Type::Q8_0, 4, 64, 1, 1);
+  const Ids ids = ids_of(be, {2});
+  Tensor y = be.alloc(1, 64);
+  be.get_rows(be.weight(table.info), ids, y);
+  const Floats first = read(be, y);
+  const HostTensor other = random_tensor("token_embd.weight", quant::Type::Q8_0, 4, 64, 1, 2);
+  std::memcpy(table.bytes.data(), other.bytes.data(), table.bytes.size());
+  be.get_rows(be.weight(table.info), ids, y);
+  Floats want(64);
+  quant::dequantize(quant::Type::Q8_0, other.bytes.data() + 2 * 68, want.data(), 64);
+  expect_bitwise(read(be, y), want, "the second contents");
+  EXPECT_FALSE(same_bits(first, want));
+  EXPECT_EQ(be.device_bytes_used(), 2 * table.bytes.size());
+}
+
+TEST(CudaBackend, ExhaustedMemoryIsAClearErrorAndTheBackendGoesOn) {
+  REQUIRE_CUDA_DEVICE();
+  CudaBackend be(0);
+  expect_throws_naming([&] { be.alloc(int64_t(1) << 40, 1024); }, "alloc: out of device memory");
+  Tensor t = make(be, 2, 3, Floats{1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(read(be, t), (Floats{1, 2, 3, 4, 5, 6}));
+}
+
+// A selected list larger than the staging ring's half (it grows): every position of a long
+// window, which must equal dense attention bit for bit.
+TEST(CudaBackend, LargeUploadsStageAndAllPositionsEqualAttention) {
+  REQUIRE_CUDA_DEVICE();
+  CudaBackend be(0);
+  const int64_t T = 800, n_head = 2, hd = 32;
+  const Floats q = normal_floats(size_t(T * n_head * hd), 1), k = normal_floats(size_t(T * hd), 2),
+               v = normal_floats(size_t(T * hd), 3);
+  std::vector<int32_t> pos(static_cast<size_t>(T)), all(size_t(T * T), 0);
+  std::iota(pos.begin(), pos.end(), 0);
+  for (int32_t p : pos)
+    for (int32_t i = 0; i <= p; ++i) all[size_t(p) * size_t(T) + size_t(i)] = i;
+  std::vector<int32_t> counts(pos.begin(), pos.end());
+  for (int32_t& c : counts) ++c;
+  ASSERT_GT(all.size() * 4, size_t(1) << 20);  // more than a staging half at once
+  Tensor kc = be.alloc(T, hd), vc = be.alloc(T, hd), qt = make(be, T, n_head * hd, q);
+  const Ids pt = ids_of(be, pos);
+  be.kv_write(kc, vc, make(be, T, hd, k), make(be, T, hd, v), pt);
+  Tensor dense = be.alloc(T, n_head * hd), sel = be.alloc(T, n_head * hd);
+  be.attention(qt, kc, vc, pt, n_head, 1, hd, 0.2f, dense);
+  be.attention_selected(qt, kc, vc, ids_of(be, all, T), ids_of(be, counts), n_head, 1, hd, 0.2f,
+                        sel);
+  expect_bitwise(read(be, sel), read(be, dense), "all positions selected vs attention");
+}
+
+}  // namespace
+}  // namespace strata::backend::testing
+
+#else
+
+TEST(CudaBackend, NotCompiled) { GTEST_SKIP() << "the CUDA backend is not compiled in (no nvcc)"; }
+
+#endif
