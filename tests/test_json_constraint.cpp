@@ -21,7 +21,9 @@ namespace strata::decode {
 namespace {
 
 using nlohmann::json;
+using testing::check_document;
 using testing::generate_constrained;
+using testing::kSchemas;
 using testing::toy_vocab;
 
 bool accepts(const JsonGrammar& g, std::string_view text) {
@@ -153,10 +155,18 @@ TEST(JsonConstraintAutomaton, AnyObjectFollowsJsonSyntax) {
         "{\"\xED\xA0\x80\":1}", "{\"\xF4\x90\x80\x80\":1}", "{\"a\":1}x", "{\"a\":1234567890123456}",
         "{\"a\":1e100}"})
     EXPECT_FALSE(accepts(g, bad)) << bad;
-  // Whitespace runs are bounded; the bound resets at every token.
-  EXPECT_TRUE(accepts(g, "{" + std::string(20, ' ') + "}"));
-  EXPECT_FALSE(accepts(g, "{" + std::string(21, ' ') + "}"));
-  EXPECT_TRUE(accepts(g, std::string(20, ' ') + "{" + std::string(20, ' ') + "}" + std::string(20, '\n')));
+  // Between two tokens: nothing, one space, or one newline and at most 20 spaces or tabs.
+  EXPECT_TRUE(accepts(g, "{\n" + std::string(20, ' ') + "}"));
+  EXPECT_TRUE(accepts(g, " {\n\t\t\"a\": 1,\n\t\t\"b\" : [ 2 ]\n}\n"));
+  for (const std::string bad : {"{\n" + std::string(21, ' ') + "}", std::string("{  }"), std::string("{\n\n}"),
+                                std::string("{\t}"), std::string("{\r\n}"), std::string("{} \n"),
+                                std::string("{\"a\":1 \n}")})
+    EXPECT_FALSE(accepts(g, bad)) << bad;
+  // Compact: one space at most, no newline.
+  const JsonGrammar compact = JsonGrammar::any_object({.compact = true});
+  EXPECT_TRUE(accepts(compact, R"({"a": 1, "b": [2, {}]} )"));
+  EXPECT_FALSE(accepts(compact, "{\n\"a\": 1}"));
+  EXPECT_FALSE(accepts(compact, "{\"a\": 1}\n"));
 
   // A null json_schema allows any value.
   const JsonGrammar any = JsonGrammar::from_schema(json());
@@ -268,47 +278,12 @@ TEST(JsonConstraintMask, EndTokenOnlyWhenCompleteAndWhitespaceBounded) {
   EXPECT_TRUE(std::isfinite(logits[size_t(end)]));
   EXPECT_FALSE(std::isfinite(logits[tok.encode("x")[0]]));
   const int32_t space = int32_t(tok.encode(" ")[0]);
-  for (int i = 0; i < 20; ++i) c.accept(space);
+  c.accept(space);
   EXPECT_FALSE(c.allows(space));
+  EXPECT_FALSE(c.allows(int32_t(tok.encode("\n")[0])));
   EXPECT_THROW(c.accept(int32_t(tok.encode("{")[0])), Error);
   c.accept(end);
   EXPECT_TRUE(c.finished());
-}
-
-const char* kSchemas[] = {
-    R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer"},
-        "email":{"type":["string","null"]},"tags":{"type":"array","items":{"type":"string","enum":["a","b","c d"]},
-        "minItems":1,"maxItems":3}},"required":["name","age","tags"],"additionalProperties":false})",
-    R"({"anyOf":[{"type":"object","properties":{"kind":{"const":"circle"},"r":{"type":"number"}},"required":["kind","r"],"additionalProperties":false},
-                 {"type":"object","properties":{"kind":{"const":"square"},"side":{"type":"number"}},"required":["kind","side"],"additionalProperties":false}]})",
-    R"({"$ref":"#/$defs/node","$defs":{"node":{"type":"object","properties":{"value":{"type":"integer"},
-        "children":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["value"],"additionalProperties":false}}})",
-    R"({"type":"number"})",
-    R"({"enum":[1,12,"x",null,{"a":[1]}]})",
-    R"({"type":"object","properties":{"s":{"type":"string","minLength":2,"maxLength":4}},"required":["s"],"additionalProperties":false})",
-    R"({"type":"array","items":{"type":"boolean"},"minItems":2})",
-    R"({"oneOf":[{"type":"string","maxLength":30},{"type":"integer"}]})",
-    R"({"type":"object","additionalProperties":{"type":"integer"}})",
-    R"({"type":"object","properties":{"id":{"type":"string"},"meta":{}},"required":["id","meta"]})",
-    "true",
-    R"({"type":"object","properties":{"p":{"type":"number","minimum":0,"maximum":1},
-        "n":{"type":"integer","minimum":-3,"exclusiveMaximum":7},"z":{"type":"number","exclusiveMinimum":0},
-        "w":{"type":"number","minimum":-100,"maximum":-99}},"required":["p","n","z","w"],"additionalProperties":false})",
-};
-
-void check_document(const std::string& text, const json& schema) {
-  json value;
-  try {
-    value = json::parse(text);
-  } catch (const json::exception& e) {
-    ADD_FAILURE() << "does not parse: " << text << "\n" << e.what();
-    return;
-  }
-  if (schema.is_null()) {
-    EXPECT_TRUE(value.is_object()) << text;
-  } else if (const auto problem = validate_json_schema(schema, value)) {
-    ADD_FAILURE() << "does not validate: " << text << "\n" << *problem;
-  }
 }
 
 // Every token the mask allows is one accept() takes, and no other: the trie walk and the

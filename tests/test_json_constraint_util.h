@@ -81,4 +81,42 @@ inline Generated generate_constrained(const JsonVocab& vocab, JsonGrammar gramma
   return out;
 }
 
+// Schemas the generation tests run: every keyword the compiler supports, anyOf forks, recursion.
+inline const char* kSchemas[] = {
+    R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer"},
+        "email":{"type":["string","null"]},"tags":{"type":"array","items":{"type":"string","enum":["a","b","c d"]},
+        "minItems":1,"maxItems":3}},"required":["name","age","tags"],"additionalProperties":false})",
+    R"({"anyOf":[{"type":"object","properties":{"kind":{"const":"circle"},"r":{"type":"number"}},"required":["kind","r"],"additionalProperties":false},
+                 {"type":"object","properties":{"kind":{"const":"square"},"side":{"type":"number"}},"required":["kind","side"],"additionalProperties":false}]})",
+    R"({"$ref":"#/$defs/node","$defs":{"node":{"type":"object","properties":{"value":{"type":"integer"},
+        "children":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["value"],"additionalProperties":false}}})",
+    R"({"type":"number"})",
+    R"({"enum":[1,12,"x",null,{"a":[1]}]})",
+    R"({"type":"object","properties":{"s":{"type":"string","minLength":2,"maxLength":4}},"required":["s"],"additionalProperties":false})",
+    R"({"type":"array","items":{"type":"boolean"},"minItems":2})",
+    R"({"oneOf":[{"type":"string","maxLength":30},{"type":"integer"}]})",
+    R"({"type":"object","additionalProperties":{"type":"integer"}})",
+    R"({"type":"object","properties":{"id":{"type":"string"},"meta":{}},"required":["id","meta"]})",
+    "true",
+    R"({"type":"object","properties":{"p":{"type":"number","minimum":0,"maximum":1},
+        "n":{"type":"integer","minimum":-3,"exclusiveMaximum":7},"z":{"type":"number","exclusiveMinimum":0},
+        "w":{"type":"number","minimum":-100,"maximum":-99}},"required":["p","n","z","w"],"additionalProperties":false})",
+};
+
+// Fails the test unless `text` parses and validates against `schema` (null: any object).
+inline void check_document(const std::string& text, const nlohmann::json& schema) {
+  nlohmann::json value;
+  try {
+    value = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    ADD_FAILURE() << "does not parse: " << text << "\n" << e.what();
+    return;
+  }
+  if (schema.is_null()) {
+    EXPECT_TRUE(value.is_object()) << text;
+  } else if (const auto problem = validate_json_schema(schema, value)) {
+    ADD_FAILURE() << "does not validate: " << text << "\n" << *problem;
+  }
+}
+
 }  // namespace strata::decode::testing

@@ -124,6 +124,48 @@ TEST_P(ModelWindows, SnapshotRollsBackExactly) {
   EXPECT_TRUE(bitwise_equal(last, std::vector<float>(expected.end() - v, expected.end())));
 }
 
+// Several sequences in one window (continuous batching): each one's logits equal what its own
+// windows give, bitwise, whatever the other rows (prefill chunks and decode rows mixed, sequences
+// joining and leaving between windows, Last and All).
+TEST_P(ModelWindows, SequencesSharingAWindowEqualTheirOwnWindows) {
+  TempDir dir;
+  backend::CpuBackend be(1);
+  auto m = Model::load(synth_tiny(dir, GetParam().arch, GetParam().expert_type), be);
+  const int64_t v = m->config().n_vocab;
+  const std::vector<std::vector<int32_t>> tokens = {some_tokens(11, v, 5), some_tokens(6, v, 6), some_tokens(9, v, 7)};
+  // Per window: (sequence, rows) in window order.
+  const std::vector<std::vector<std::pair<size_t, int64_t>>> schedule = {
+      {{0, 5}, {1, 2}}, {{1, 1}, {0, 1}, {2, 3}}, {{2, 1}}, {{0, 4}, {2, 4}, {1, 3}}, {{2, 1}, {0, 1}}};
+  std::vector<State> shared, alone;
+  for (int i = 0; i < 3; ++i) {
+    shared.push_back(m->new_state(32));
+    alone.push_back(m->new_state(32));
+  }
+  std::vector<size_t> done(3, 0);
+  for (const auto& window : schedule) {
+    std::vector<Model::SequenceRows> rows;
+    for (const auto& [seq, n] : window)
+      rows.push_back({std::span(tokens[seq]).subspan(done[seq], size_t(n)), &shared[seq],
+                      seq == 1 ? LogitsMode::Last : LogitsMode::All});
+    const auto together = m->forward_batch(rows);
+    ASSERT_EQ(together.size(), window.size());
+    for (size_t k = 0; k < window.size(); ++k) {
+      const auto [seq, n] = window[k];
+      const auto own = m->forward(rows[k].tokens, alone[seq], rows[k].mode);
+      EXPECT_TRUE(bitwise_equal(together[k], own)) << "sequence " << seq << " at row " << done[seq];
+      done[seq] += size_t(n);
+    }
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(done[i], tokens[i].size());
+    EXPECT_EQ(shared[i].n_past, int64_t(tokens[i].size()));
+  }
+  // One state twice in a window is refused.
+  const std::vector<Model::SequenceRows> twice = {{std::span(tokens[0]).first(1), &shared[0]},
+                                                  {std::span(tokens[1]).first(1), &shared[0]}};
+  EXPECT_NE(error_of([&] { m->forward_batch(twice); }).find("share one state"), std::string::npos);
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, ModelWindows,
                          ::testing::Values(Case{"qwen3moe", "q4_k"}, Case{"qwen3next", "q4_k"},
                                            Case{"qwen35moe", "q4_k"}, Case{"qwen3moe", "iq2_xs"},

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decode/generate.h"
+#include "decode/json_schema.h"
 #include "decode/loaded_model.h"
 #include "gguf_test_util.h"
 #include "server/server.h"
@@ -272,6 +273,9 @@ TEST_F(ServerLoopback, ModelsHealthPageAndMetrics) {
   EXPECT_EQ(page->body.find("http"), page->body.find("http-equiv")) << "no external resources";
 
   ASSERT_EQ(post("/v1/chat/completions", chat_request(kMessages, 3).dump())->status, 200);
+  // httplib counts a streamed (chunked) response once it has been sent, which may be just after
+  // the client has read it.
+  ASSERT_TRUE(await_metric("strata_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"}", 1));
   const auto m = metrics();
   EXPECT_EQ(m.at("strata_requests_total{endpoint=\"/v1/models\",status=\"200\"}"), 1);
   EXPECT_EQ(m.at("strata_requests_total{endpoint=\"/v1/models/{id}\",status=\"404\"}"), 1);
@@ -447,6 +451,68 @@ TEST_F(ServerLoopback, HostileRequestsGet4xx) {
   EXPECT_EQ(post("/v1/chat/completions", chat_request(kMessages, 2).dump())->status, 200);
 }
 
+TEST_F(ServerLoopback, TokenizeAndDetokenizeAsLlamaServer) {
+  start();
+  const std::string text = "Hello <|im_end|> w\xC3\xB6rld";
+  auto res = post("/tokenize", json({{"content", text}}).dump());
+  ASSERT_EQ(res->status, 200) << res->body;
+  const auto ids = json::parse(res->body)["tokens"].get<std::vector<int32_t>>();
+  EXPECT_EQ(ids, model_->encode(text));
+  res = post("/tokenize", json({{"content", text}, {"parse_special", false}, {"with_pieces", true}}).dump());
+  const auto pieces = json::parse(res->body)["tokens"];
+  std::string joined;
+  for (const auto& p : pieces) {
+    ASSERT_TRUE(p["id"].is_number_integer());
+    if (p["piece"].is_string()) {
+      joined += p["piece"].get<std::string>();
+    } else {
+      for (int byte : p["piece"]) joined += char(byte);  // a piece that is not UTF-8 on its own
+    }
+  }
+  EXPECT_EQ(joined, text);
+  EXPECT_GT(pieces.size(), ids.size()) << "without parse_special <|im_end|> is plain text";
+  res = post("/detokenize", json({{"tokens", ids}}).dump());
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(json::parse(res->body)["content"], text);
+  expect_error(post("/detokenize", R"({"tokens":[1, 99999]})"), 400, "invalid_value");
+  expect_error(post("/tokenize", R"({"content":"x","add_bos":true})"), 400, "unrecognized_argument");
+  expect_error(post("/tokenize", R"({})"), 400, "missing_required_parameter");
+}
+
+TEST_F(ServerLoopback, AnthropicRoutesAnswerInAnthropicsShape) {
+  ServerOptions o;
+  o.api_key = "k";
+  o.max_body = 64 << 10;
+  start(o);
+  const auto anthropic_error = [](const httplib::Result& res, int status, const std::string& type) {
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, status) << res->body;
+    const auto body = json::parse(res->body);
+    EXPECT_EQ(body["type"], "error") << res->body;
+    EXPECT_EQ(body["error"]["type"], type) << res->body;
+    EXPECT_TRUE(body["error"]["message"].is_string());
+  };
+  const std::string ok = R"({"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"hi"}]})";
+  anthropic_error(post("/v1/messages", ok), 401, "authentication_error");
+  httplib::Client c = client();
+  const httplib::Headers key = {{"x-api-key", "k"}};
+  auto res = c.Post("/v1/messages", key, ok, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["type"], "message");
+  anthropic_error(c.Post("/v1/messages", key, R"({"model":"tiny","messages":[]})", "application/json"), 400,
+                  "invalid_request_error");
+  anthropic_error(c.Post("/v1/messages", key, R"({"model":"x","max_tokens":1,"messages":[{"role":"user","content":"hi"}]})",
+                         "application/json"),
+                  404, "not_found_error");
+  anthropic_error(c.Post("/v1/messages", key, std::string(100 << 10, ' '), "application/json"), 413,
+                  "request_too_large");
+  anthropic_error(c.Post("/v1/messages/nothing", key, "{}", "application/json"), 404, "not_found_error");
+  // The OpenAI routes keep OpenAI's shape, and take the same key as a bearer token.
+  c.set_bearer_token_auth("k");
+  expect_error(c.Post("/v1/chat/completions", "{}", "application/json"), 400, "missing_required_parameter");
+}
+
 TEST_F(ServerLoopback, SecondTurnReusesThePromptCache) {
   start();
   auto first = post("/v1/chat/completions", chat_request(kMessages, 6).dump());
@@ -565,6 +631,39 @@ TEST_F(ServerLoopback, JsonSchemaResponseIsValidJson) {
   ASSERT_EQ(res->status, 200) << res->body;
   const auto text = json::parse(res->body)["choices"][0]["message"]["content"].get<std::string>();
   EXPECT_TRUE(json::parse(text).is_object()) << text;
+}
+
+// The case from issue 13: a random model, a two-field schema, sampled, a modest max_tokens. The
+// whitespace bound and the steering to the shortest ending make every reply a parseable document
+// that ends with the end token, down to a budget of the shortest document itself.
+TEST_F(ServerLoopback, JsonSchemaRepliesAlwaysFinish) {
+  start();
+  const json schema = {{"type", "object"},
+                       {"properties",
+                        {{"name", {{"type", "string"}, {"maxLength", 12}}},
+                         {"city", {{"type", "string"}, {"maxLength", 12}}}}},
+                       {"required", {"name", "city"}},
+                       {"additionalProperties", false}};
+  // {"city":"","name":""} is 21 bytes, each a token in the worst case, and the end token.
+  for (int max_tokens : {96, 40, 22}) {
+    for (int seed = 0; seed < 3; ++seed) {
+      auto req = chat_request(kMessages, max_tokens);
+      req["temperature"] = 1;
+      req["seed"] = seed;
+      req["response_format"] = {{"type", "json_schema"},
+                                {"json_schema", {{"name", "person"}, {"schema", schema}}}};
+      auto res = post("/v1/chat/completions", req.dump());
+      ASSERT_TRUE(res);
+      ASSERT_EQ(res->status, 200) << res->body;
+      const auto body = json::parse(res->body);
+      const auto& choice = body["choices"][0];
+      EXPECT_EQ(choice["finish_reason"], "stop") << body;
+      EXPECT_LE(body["usage"]["completion_tokens"].get<int>(), max_tokens);
+      const std::string text = choice["message"]["content"];
+      const auto doc = json::parse(text);
+      EXPECT_FALSE(decode::validate_json_schema(schema, doc)) << text;
+    }
+  }
 }
 
 TEST_F(ServerLoopback, ForcedToolCallComesBackAsToolCalls) {

@@ -3,6 +3,9 @@
 // on a free port, drives it and always stops it (tests/e2e/harness.mjs):
 //   - openai_client.mjs: the official `openai` npm client (chat, streaming, tool calls, JSON
 //     mode, completions, error classes);
+//   - anthropic_client.mjs: the official `@anthropic-ai/sdk` against /v1/messages (streaming,
+//     tools, thinking, count_tokens, errors);
+//   - responses_client.mjs: the `openai` client's responses.create / responses.stream;
 //   - chat_page.mjs: the chat page at / in headless Chromium driven by playwright-core;
 //   - load.mjs: concurrent clients past --queue get 429 + Retry-After, the rest complete, the
 //     server survives and its RSS stays bounded.
@@ -51,6 +54,16 @@ int run_script(const std::string& script) {
 TEST(ServerE2E, OpenAiClient) {
   ASSERT_NO_FATAL_FAILURE(require_packages({"openai"}));
   EXPECT_EQ(run_script("openai_client.mjs"), 0) << "the openai client tests failed (output above)";
+}
+
+TEST(ServerE2E, AnthropicClient) {
+  ASSERT_NO_FATAL_FAILURE(require_packages({"@anthropic-ai/sdk"}));
+  EXPECT_EQ(run_script("anthropic_client.mjs"), 0) << "the Anthropic SDK tests failed (output above)";
+}
+
+TEST(ServerE2E, OpenAiResponsesClient) {
+  ASSERT_NO_FATAL_FAILURE(require_packages({"openai"}));
+  EXPECT_EQ(run_script("responses_client.mjs"), 0) << "the Responses API tests failed (output above)";
 }
 
 TEST(ServerE2E, ChatPageInChromium) {

@@ -1,6 +1,7 @@
 // `strata serve` as a child process, the way it runs in production: it prints its port, serves,
 // and on SIGTERM ends the running stream with a proper last chunk and [DONE], runs its shutdown
-// hook and exits 0. SIGINT does the same; a port already taken is a clear error, exit 1.
+// hook and exits 0. SIGINT does the same; a port already taken is a clear error, exit 1. Its
+// --help lists the flags grouped by topic.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
@@ -155,6 +156,38 @@ TEST_F(ServeProcess, ATakenPortIsAClearError) {
   EXPECT_EQ(WEXITSTATUS(status), 1) << out;
   EXPECT_NE(out.find("cannot listen on 127.0.0.1:" + std::to_string(taken)), std::string::npos)
       << out;
+}
+
+// Run a shell command, returning what it printed (stdout and stderr) and its exit code.
+std::pair<std::string, int> run(const std::string& command) {
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  std::string out;
+  if (!p) return {out, -1};
+  char buf[1024];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = ::pclose(p);
+  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
+TEST(ServeHelp, FlagsAreGroupedByTopic) {
+  const auto [out, code] = run(std::string(STRATA_BINARY) + " serve --help");
+  EXPECT_EQ(code, 0) << out;
+  size_t at = 0;
+  // Each topic heading, in this order, with one of its flags after it.
+  for (const auto& [topic, flag] : {std::pair{"Model:", "--chat-template-file"}, {"Network and access:", "--api-key"},
+                                    {"Requests and queue:", "--queue"}, {"Compute:", "--threads"},
+                                    {"Expert cache:", "--expert-budget"}}) {
+    const size_t heading = out.find(topic, at);
+    ASSERT_NE(heading, std::string::npos) << topic << " missing or out of order:\n" << out;
+    at = out.find(flag, heading);
+    ASSERT_NE(at, std::string::npos) << flag << " is not under " << topic << ":\n" << out;
+  }
+}
+
+TEST(ServeHelp, AMissingChatTemplateFileIsAClearError) {
+  const auto [out, code] = run(std::string(STRATA_BINARY) + " serve -m x.gguf --chat-template-file /nonexistent/t.jinja");
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("/nonexistent/t.jinja"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -358,7 +358,7 @@ TEST(ServerScheduler, FullQueueRefusesAndShutdownDropsTheQueued) {
   Scheduler s(1);
   Gate gate;
   auto running = gate.start(s);
-  EXPECT_TRUE(s.running());
+  EXPECT_EQ(s.running(), 1u);
   auto waiting = quick_job("w");
   ASSERT_EQ(s.submit(waiting), Scheduler::Admission::Accepted);
   EXPECT_EQ(s.queued(), 1u);
@@ -373,6 +373,25 @@ TEST(ServerScheduler, FullQueueRefusesAndShutdownDropsTheQueued) {
   EXPECT_EQ(waiting->wait_started(Clock::now()), Job::Phase::Done);
   EXPECT_TRUE(waiting->dropped());
   EXPECT_EQ(s.submit(quick_job("late")), Scheduler::Admission::Closed);
+}
+
+TEST(ServerScheduler, SeveralWorkersRunJobsAtOnceAndTheQueueCountsBeyondThem) {
+  Scheduler s(1, 2);
+  EXPECT_EQ(s.workers(), 2u);
+  Gate first, second;
+  auto a = first.start(s);
+  auto b = second.start(s);  // returns only once its worker is inside it: both run at once
+  EXPECT_EQ(s.running(), 2u);
+  EXPECT_EQ(s.queued(), 0u);
+  auto waiting = quick_job("w");
+  ASSERT_EQ(s.submit(waiting), Scheduler::Admission::Accepted);
+  EXPECT_EQ(s.queued(), 1u);
+  EXPECT_EQ(s.submit(quick_job("x")), Scheduler::Admission::Full);
+  first.release.set_value();
+  EXPECT_EQ(drain(*a), "done");
+  EXPECT_EQ(drain(*waiting), "w");
+  second.release.set_value();
+  EXPECT_EQ(drain(*b), "done");
 }
 
 TEST(ServerScheduler, CapacityZeroStillRunsOneJob) {

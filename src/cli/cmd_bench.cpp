@@ -1,4 +1,5 @@
-// strata bench: prefill and decode speed of a model with its expert cache, as JSON
+// strata bench: prefill and decode speed of a model with its expert cache, as JSON; --parallel N
+// decodes N sequences per window
 // (docs/EXPERT_CACHE.md, "strata bench"). The tokens are fixed pseudo-random ids from --seed, so
 // a run needs no tokenizer text and two runs feed the same tokens; with --route-trace the experts
 // come from the trace, which gives the cache realistic locality on a synthetic model.
@@ -42,6 +43,7 @@ struct BenchOptions {
   RouteFlags route;
   SpecFlags spec;
   std::string continue_from;  // forced-continuation mode: the text whose tokens are the output
+  int64_t parallel = 1;       // sequences sharing each decode window
 };
 
 // kB figures of /proc/self/status, in bytes; 0 when absent.
@@ -174,10 +176,71 @@ void run_continue(const BenchOptions& o) {
   std::printf("%s\n", j.dump(2).c_str());
 }
 
+// --parallel N: N sequences, each with its own pseudo-random prompt (prefilled one after the
+// other), then --gen-tokens decode windows of N rows each (Model::forward_batch), as a server
+// with --parallel N decodes N streams. Reports the aggregate decode speed.
+void run_parallel(const BenchOptions& o) {
+  const int64_t ctx = o.prompt_tokens + o.gen_tokens;
+  decode::LoadedModel lm({.path = o.model, .device = o.device, .threads = o.threads, .ctx = ctx, .experts = source_options(o.experts)});
+  model::Model& m = lm.model();
+  RouteFlags route = o.route;
+  route.no_history = true;
+  install_routing(m, route, o.experts.pack);
+  const auto* streaming = dynamic_cast<const experts::StreamingSource*>(&m.expert_source());
+  const uint64_t slot_bytes = streaming ? streaming->arena().slot_bytes() : 0;
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int32_t> pick(0, int32_t(m.config().n_vocab - 1));
+  std::vector<std::vector<int32_t>> tokens(size_t(o.parallel), std::vector<int32_t>(size_t(ctx)));
+  for (auto& seq : tokens)
+    for (int32_t& t : seq) t = pick(rng);
+  std::vector<model::State> states;
+  for (int64_t i = 0; i < o.parallel; ++i) states.push_back(m.new_state(ctx));
+
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  const auto start = m.expert_stats();
+  auto t0 = Clock::now();
+  for (size_t s = 0; s < tokens.size(); ++s)
+    for (int64_t i = 0; i < o.prompt_tokens; i += o.batch)
+      m.forward(std::span(tokens[s]).subspan(size_t(i), size_t(std::min(o.batch, o.prompt_tokens - i))), states[s],
+                model::LogitsMode::Last);
+  const double prefill_s = seconds_since(t0);
+  const auto after_prefill = m.expert_stats();
+  t0 = Clock::now();
+  std::vector<model::Model::SequenceRows> rows(tokens.size());
+  for (int64_t i = o.prompt_tokens; i < ctx; ++i) {
+    for (size_t s = 0; s < tokens.size(); ++s) rows[s] = {std::span(tokens[s]).subspan(size_t(i), 1), &states[s]};
+    m.forward_batch(rows);
+  }
+  const double decode_s = seconds_since(t0);
+  const auto since = [&m](const std::optional<experts::CacheStats>& before) -> std::optional<experts::CacheStats> {
+    if (!before) return std::nullopt;
+    return m.expert_stats()->since(*before);
+  };
+  nlohmann::ordered_json j;
+  j["model"] = o.model;
+  j["experts"] = m.experts_description();
+  j["device"] = lm.device_description();
+  j["threads"] = o.threads;
+  j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
+  j["parallel"] = o.parallel;
+  j["seed"] = o.seed;
+  j["prefill"] = phase_json(o.prompt_tokens * o.parallel, prefill_s, since(start), slot_bytes);
+  j["decode"] = phase_json(o.gen_tokens * o.parallel, decode_s, since(after_prefill), slot_bytes);
+  j["decode"]["windows"] = o.gen_tokens;
+  j["decode"]["tok_per_s_per_sequence"] = decode_s > 0 ? double(o.gen_tokens) / decode_s : 0.0;
+  j["rss"] = {{"vm_hwm_bytes", proc_status_bytes("VmHWM")}, {"vm_rss_bytes", proc_status_bytes("VmRSS")}};
+  finish_routing(m);
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
 void run_bench(const BenchOptions& o) {
   if (o.prompt_tokens < 1 || o.gen_tokens < 0 || o.batch < 1)
     fail("--prompt-tokens and --batch must be at least 1, --gen-tokens at least 0");
+  if (o.parallel < 1 || o.parallel > 64) fail("--parallel: ", o.parallel, " is outside 1..64");
+  if (o.parallel > 1 && !o.continue_from.empty()) fail("--parallel: not with --continue-from");
   if (!o.continue_from.empty()) return run_continue(o);
+  if (o.parallel > 1) return run_parallel(o);
   const int64_t ctx = o.prompt_tokens + o.gen_tokens;
   decode::LoadedModel lm({.path = o.model, .device = o.device, .threads = o.threads, .ctx = ctx, .experts = source_options(o.experts)});
   model::Model& m = lm.model();
@@ -263,6 +326,9 @@ void add_bench_command(CLI::App& app) {
                   "Forced continuation: prompt and output are this text's tokens, drafts are verified "
                   "against them (docs/SPECULATION.md)");
   add_spec_flags(cmd, o->spec, true);
+  cmd->add_option("--parallel", o->parallel,
+                  "Sequences sharing each decode window (continuous batching); decode speed is their sum")
+      ->capture_default_str();
   cmd->callback([o] { run_bench(*o); });
 }
 

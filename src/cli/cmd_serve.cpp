@@ -3,6 +3,8 @@
 // ended at its next window with what it has, the shutdown hook run, exit 0. docs/SERVER.md
 // describes the flags and endpoints.
 #include <csignal>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -24,6 +26,7 @@ namespace {
 
 struct ServeOptions {
   decode::LoadOptions load;
+  std::string chat_template_file;
   ExpertFlags experts;
   SpecFlags spec;
   server::ServerOptions server;
@@ -40,11 +43,20 @@ void block_signals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("--chat-template-file: cannot read ", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 void run_serve(const ServeOptions& o) {
   block_signals();
   std::fprintf(stderr, "strata: loading %s\n", o.load.path.c_str());
   decode::LoadOptions load = o.load;
   load.experts = source_options(o.experts);
+  if (!o.chat_template_file.empty()) load.chat_template = read_text_file(o.chat_template_file);
   decode::LoadedModel model(load);
   std::fprintf(stderr, "strata: device %s\n", model.device_description().c_str());
   std::fprintf(stderr, "strata: experts %s\n", model.model().experts_description().c_str());
@@ -52,6 +64,9 @@ void run_serve(const ServeOptions& o) {
   install_routing(model.model(), {}, o.experts.pack);
   server::ServerOptions so = o.server;
   so.generation.spec = spec_options(o.spec);
+  // Speculative windows are not shared between sequences yet: the default (auto) is off with
+  // --parallel above 1; an explicit mode there is an error (server::Server says so).
+  if (so.generation.parallel > 1 && o.spec.mode == "auto") so.generation.spec.mode = spec::Mode::Off;
   server::Server srv(model, so);
   const int port = srv.bind();
   if (const std::string warning = server::startup_warning(o.server); !warning.empty())
@@ -71,6 +86,8 @@ void run_serve(const ServeOptions& o) {
     finish_routing(model.model());
     std::fprintf(stderr, "strata: server stopped\n");
   });
+  std::fprintf(stderr, "strata: %zu sequence%s per window (--parallel)\n", o.server.generation.parallel,
+               o.server.generation.parallel == 1 ? "" : "s");
   std::fprintf(stderr,
                "strata: serving %s as '%s' on http://%s:%d (chat page at /, API under /v1)\n",
                o.load.path.c_str(), srv.model_id().c_str(), o.server.host.c_str(), port);
@@ -83,34 +100,70 @@ void run_serve(const ServeOptions& o) {
 
 void add_serve_command(CLI::App& app) {
   auto opts = std::make_shared<ServeOptions>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "Serve a model over HTTP: OpenAI chat completions, completions and Responses, "
+               "Anthropic Messages, tokenize/detokenize, a chat page");
   auto& s = opts->server;
   auto& g = s.generation;
-  cmd->add_option("-m,--model", opts->load.path, "GGUF model")->required();
-  cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--port", s.port, "Port to listen on; 0 picks a free one")
-      ->capture_default_str();
+  // --help lists the flags by topic, in this order.
+  const char* kModel = "Model";
+  const char* kNetwork = "Network and access";
+  const char* kRequests = "Requests and queue";
+  const char* kCompute = "Compute";
+  const char* kExperts = "Expert cache";
+  const char* kSpec = "Speculative decoding";
+  cmd->add_option("-m,--model", opts->load.path, "GGUF model")->required()->group(kModel);
   cmd->add_option("--model-id", g.model_id,
-                  "Model name clients must send (default: the file name without .gguf)");
+                  "Model name clients must send (default: the file name without .gguf)")
+      ->group(kModel);
+  cmd->add_option("--chat-template-file", opts->chat_template_file,
+                  "A Jinja chat template to use instead of the model's own")
+      ->check(CLI::ExistingFile)
+      ->group(kModel);
+  cmd->add_option("--ctx", opts->load.ctx, "Context positions (prompt plus reply)")
+      ->capture_default_str()
+      ->group(kModel);
+  cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str()->group(kNetwork);
+  cmd->add_option("--port", s.port, "Port to listen on; 0 picks a free one")
+      ->capture_default_str()
+      ->group(kNetwork);
+  cmd->add_option("--api-key", s.api_key,
+                  "Require this key ('Authorization: Bearer KEY' or 'x-api-key: KEY') on the API "
+                  "routes (default: none)")
+      ->group(kNetwork);
+  cmd->add_option("--max-body", s.max_body, "Largest request body in bytes; past it, 413")
+      ->capture_default_str()
+      ->group(kNetwork);
   cmd->add_option("--queue", g.queue, "Requests that may wait behind the running one; past it, 429")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(kRequests);
+  cmd->add_option("--parallel", g.parallel,
+                  "Generations that share each decode window (continuous batching), each with its "
+                  "own state and prompt cache")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str()
+      ->group(kRequests);
   cmd->add_option("--timeout", g.timeout_s,
                   "Seconds a request may take, queue wait and generation together")
-      ->capture_default_str();
-  cmd->add_option("--max-body", s.max_body, "Largest request body in bytes; past it, 413")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(kRequests);
   cmd->add_option("--read-timeout", s.read_timeout_s,
                   "Seconds a client has to send a whole request (line, headers, body); past it, 408")
-      ->capture_default_str();
-  cmd->add_option("--api-key", s.api_key,
-                  "Require 'Authorization: Bearer KEY' on /v1/ routes (default: none)");
-  cmd->add_option("--ctx", opts->load.ctx, "Context positions")->capture_default_str();
-  add_expert_flags(cmd, opts->experts);
-  cmd->add_option("--batch", g.batch, "Rows per prefill window")->capture_default_str();
+      ->capture_default_str()
+      ->group(kNetwork);
+  cmd->add_option("--batch", g.batch, "Prompt rows per window (with --parallel: beside the decode rows)")
+      ->capture_default_str()
+      ->group(kCompute);
   cmd->add_option("--threads", opts->load.threads,
-                  "CPU threads (default: one per hardware thread)");
+                  "CPU threads (default: one per hardware thread)")
+      ->group(kCompute);
   add_device_flag(cmd, opts->load.device);
+  cmd->get_option("--device")->group(kCompute);
+  add_expert_flags(cmd, opts->experts);
+  for (const char* flag : {"--expert-budget", "--read-ahead", "--pack"}) cmd->get_option(flag)->group(kExperts);
   add_spec_flags(cmd, opts->spec);
+  for (const char* flag : {"--spec", "--spec-depth", "--spec-max-depth", "--spec-typical"})
+    cmd->get_option(flag)->group(kSpec);
   cmd->callback([opts] { run_serve(*opts); });
 }
 

@@ -26,14 +26,13 @@ std::string number_or_dash(const std::optional<double>& v, const char* format) {
   return buf;
 }
 
-// The expert cache's share of the decode phase (empty fields when the experts are mapped).
+}  // namespace
+
 void fill_cache_telemetry(Telemetry& tm, const experts::CacheStats& d) {
   if (d.hits + d.misses > 0) tm.cache_hit_rate = d.hit_rate();
   if (tm.decode_seconds > 0) tm.ssd_gb_per_s = double(d.bytes_read) / tm.decode_seconds / 1e9;
   if (tm.decode_tokens > 0) tm.stall_ms_per_token = d.stall_seconds * 1e3 / double(tm.decode_tokens);
 }
-
-}  // namespace
 
 void GenerateParams::validate() const {
   sampling.validate();
@@ -91,7 +90,8 @@ void Session::reset() {
   snapshot_len_ = 0;
 }
 
-int64_t Session::reuse_prefix(std::span<const int32_t> prompt) {
+int64_t Session::reusable(std::span<const int32_t> prompt) const {
+  if (prompt.empty()) return 0;
   // At least the prompt's last token must run: its logits pick the first new token.
   const size_t limit = std::min(prompt.size() - 1, tokens_.size());
   size_t common = 0;
@@ -99,13 +99,34 @@ int64_t Session::reuse_prefix(std::span<const int32_t> prompt) {
   if (common == tokens_.size()) return int64_t(common);
   // The DeltaNet layers carry a recurrent state that cannot be unwound position by position, so
   // a divergence goes back to the snapshot (or the start), not to the exact common prefix.
-  if (snapshot_ && size_t(snapshot_len_) <= common) {
+  return snapshot_ && size_t(snapshot_len_) <= common ? snapshot_len_ : 0;
+}
+
+int64_t Session::reuse_prefix(std::span<const int32_t> prompt) {
+  const int64_t n = reusable(prompt);
+  if (n == int64_t(tokens_.size())) return n;
+  if (n > 0) {
     state_ = *snapshot_;
-    tokens_.resize(size_t(snapshot_len_));
-    return snapshot_len_;
+    tokens_.resize(size_t(n));
+    return n;
   }
   reset();
   return 0;
+}
+
+int64_t Session::snapshot_position(const GenerateParams& params, int64_t reused, int64_t n) const {
+  if (!options_.snapshot_prompt) return -1;
+  if (params.snapshot_at > reused && params.snapshot_at <= n) return params.snapshot_at;
+  const bool held = params.snapshot_at >= 0 && params.snapshot_at <= reused && snapshot_ && snapshot_len_ <= reused;
+  return held ? -1 : n;
+}
+
+void Session::keep_snapshot() {
+  if (snapshot_)
+    *snapshot_ = state_;
+  else
+    snapshot_.emplace(state_);
+  snapshot_len_ = int64_t(tokens_.size());
 }
 
 GenerateResult Session::generate(std::span<const int32_t> prompt, const GenerateParams& params,
@@ -139,26 +160,26 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
   std::vector<float> hidden;
   std::vector<float>* hidden_ptr = speculator_.wants_hidden() ? &hidden : nullptr;
   const auto stop_requested = [&] { return params.should_stop && params.should_stop(); };
-  for (int64_t first = reused; first < int64_t(prompt.size()); first += params.batch) {
+  const int64_t n = int64_t(prompt.size());
+  // A window ends where the state is copied; windows of any size give the same state, so this
+  // changes no result.
+  const int64_t keep = snapshot_position(params, reused, n);
+  for (int64_t first = reused; first < n;) {
     if (stop_requested()) {
       result.finish = FinishReason::Cancelled;
       tm.prefill_seconds = seconds_since(prefill_start);
       return result;
     }
-    const int64_t count = std::min(params.batch, int64_t(prompt.size()) - first);
+    int64_t count = std::min(params.batch, n - first);
+    if (keep > first && keep < first + count) count = keep - first;
     const auto window = prompt.subspan(size_t(first), size_t(count));
     logits = model_.forward(window, state_, model::LogitsMode::Last, {.hidden = hidden_ptr});
     if (hidden_ptr) speculator_.observe(first, hidden);
     tokens_.insert(tokens_.end(), window.begin(), window.end());
+    first += count;
+    if (first == keep) keep_snapshot();
   }
   tm.prefill_seconds = seconds_since(prefill_start);
-  if (options_.snapshot_prompt) {
-    if (snapshot_)
-      *snapshot_ = state_;
-    else
-      snapshot_.emplace(state_);
-    snapshot_len_ = int64_t(tokens_.size());
-  }
 
   const auto decode_start = Clock::now();
   const auto cache_start = model_.expert_stats();
@@ -275,6 +296,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     else
       emit(stops.flush());
   }
+  if (stops.stopped()) result.stop_sequence = stops.matched();
   tm.decode_seconds = seconds_since(decode_start);
   tm.generated_tokens = int64_t(result.tokens.size());
   if (cache_start) fill_cache_telemetry(tm, model_.expert_stats()->since(*cache_start));

@@ -35,6 +35,12 @@ struct GenerateParams {
   // Sees each sampled token that the output keeps (not the end-of-generation token), after it is
   // sampled and before the next step's logits_filter, so a constraint can advance its state.
   std::function<void(int32_t id)> on_token;
+  // With SessionOptions::snapshot_prompt: where in the prompt to keep the state copy. A chat
+  // server passes the end of the conversation before the generation prompt, which the next turn
+  // re-renders with the reply (and a template may render differently, e.g. Qwen3 without its
+  // empty <think> block). Outside (reused prefix, prompt end]: the prompt's end, unless the
+  // snapshot already held lies within the reused prefix, which is then kept.
+  int64_t snapshot_at = -1;
   // Benchmarks only (strata bench --continue-from): the output is these tokens instead of the
   // chosen ones, each still computed and chosen as usual (docs/SPECULATION.md, "Measuring it
   // honestly"); the generation ends with them.
@@ -67,12 +73,17 @@ struct Telemetry {
 // stall - ms/tok"; ", 120 reused" follows the prompt count when the state was reused.
 std::string format_telemetry(const Telemetry& t);
 
+// The expert cache's share of the decode phase, from its counters over that phase (`tm`'s
+// decode_seconds and decode_steps already set).
+void fill_cache_telemetry(Telemetry& tm, const experts::CacheStats& d);
+
 enum class FinishReason { Eos, Stop, Length, Cancelled };
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // sampled ids, the end-of-generation token excluded
   std::string text;             // what was streamed: decoded, cut before a stop string
   FinishReason finish = FinishReason::Length;
+  std::string stop_sequence;    // with FinishReason::Stop: the stop string that ended it
   Telemetry telemetry;
 };
 
@@ -106,17 +117,24 @@ class Session {
 
   // The tokens whose positions the state holds, in order.
   const std::vector<int32_t>& tokens() const { return tokens_; }
+  // How many of `prompt`'s tokens the next generate() would reuse instead of prefilling.
+  int64_t reusable(std::span<const int32_t> prompt) const;
   int64_t n_ctx() const { return state_.n_ctx(); }
   spec::Speculator& speculator() { return speculator_; }
   // The model state (what tokens() lists), for inspection.
   const model::State& state() const { return state_; }
 
  private:
+  friend class SequenceRun;  // sequence_run.h: the same generation, one window at a time
+
   // generate() after its checks; a throw leaves the state half-advanced (generate resets it).
   GenerateResult run(std::span<const int32_t> prompt, const GenerateParams& params,
                      const PieceFn& on_piece);
   // Brings the state to hold prompt[0, n) for the largest n it can reuse, n < prompt.size().
   int64_t reuse_prefix(std::span<const int32_t> prompt);
+  // Where this prompt's prefill copies the state (GenerateParams::snapshot_at); -1: nowhere.
+  int64_t snapshot_position(const GenerateParams& params, int64_t reused, int64_t n) const;
+  void keep_snapshot();
   bool is_end(int32_t id) const;
 
   model::Model& model_;

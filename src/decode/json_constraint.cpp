@@ -15,6 +15,8 @@ namespace {
 // dropped, which narrows what the model may write but never lets an invalid document through.
 constexpr size_t kMaxStacks = 64;
 
+constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+
 void set_bit(std::vector<uint64_t>& bits, size_t i) { bits[i / 64] |= uint64_t(1) << (i % 64); }
 
 void dedupe(std::vector<Stack>& stacks) {
@@ -113,17 +115,32 @@ bool JsonVocab::is_end(int32_t id) const {
 }
 
 JsonConstraint::JsonConstraint(const JsonVocab& vocab, JsonGrammar grammar)
-    : vocab_(vocab), grammar_(std::move(grammar)), automaton_(grammar_), stacks_{automaton_.start()} {
+    : vocab_(vocab),
+      grammar_(std::move(grammar)),
+      automaton_(grammar_),
+      closing_(grammar_),
+      stacks_{automaton_.start()} {
   const auto& depth = vocab_.trie().depth;
   const size_t deepest = depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
   slots_.resize(deepest + 1);
   forks_.resize(deepest + 1);
 }
 
-// Marks every token of the trie that `base` can take, walking the trie in preorder and skipping
-// the subtree of any byte the automaton rejects. With quotes_only, `base` is inside a string whose
-// quote-free tokens are already marked, so only subtrees holding '"' or '\' are visited.
-void JsonConstraint::walk(const Stack& base, bool quotes_only) const {
+void JsonConstraint::take(int32_t token, const Stack& after, int64_t limit) const {
+  if (limit == kNoLimit) {
+    set_bit(allowed_, size_t(token));
+    return;
+  }
+  const uint32_t rest = closing_.rest(after);
+  best_ = std::min(best_, rest);
+  if (int64_t(rest) <= limit) set_bit(allowed_, size_t(token));
+}
+
+// Marks every token of the trie that `base` can take (within `limit`), walking the trie in
+// preorder and skipping the subtree of any byte the automaton rejects. With quotes_only, `base`
+// is inside a string whose quote-free tokens are already marked, so only subtrees holding '"' or
+// '\' are visited.
+void JsonConstraint::walk(const Stack& base, bool quotes_only, int64_t limit) const {
   const JsonVocab::Trie& t = vocab_.trie();
   slots_[0] = base;
   // A fork (anyOf alternatives sharing the byte) walks its subtree on its own, then the loop
@@ -146,7 +163,10 @@ void JsonConstraint::walk(const Stack& base, bool quotes_only) const {
         i = t.end[i];
         continue;
       }
-      if (t.token[i] >= 0) set_bit(allowed_, size_t(t.token[i]));
+      if (t.token[i] >= 0) {
+        take(t.token[i], s, limit);
+        for (const Stack& fork : forks) take(t.token[i], fork, limit);
+      }
       if (!forks.empty()) {
         const Stack primary = s;
         for (const Stack& fork : forks) {
@@ -161,14 +181,19 @@ void JsonConstraint::walk(const Stack& base, bool quotes_only) const {
   run(run, 1, uint32_t(t.byte.size()));
 }
 
-void JsonConstraint::apply(std::span<float> logits) const {
+bool JsonConstraint::mark(int64_t limit) const {
   allowed_.assign((vocab_.size() + 63) / 64, 0);
+  best_ = kUnbounded;
   steps_ = 0;
   if (!finished_) {
     for (const Stack& s : stacks_) {
       uint8_t utf8 = 0;
       uint32_t room = 0;
-      const bool in_string = automaton_.string_body(s, utf8, room);
+      // Tokens inside a string change the shortest completion by a few bytes at most (a
+      // character cut mid-way needs up to 3 more): they are taken wholesale unless the budget is
+      // that close, and then walked one by one.
+      const bool in_string = automaton_.string_body(s, utf8, room) &&
+                             (limit == kNoLimit || int64_t(closing_.rest(s)) + 3 <= limit);
       if (in_string) {
         const auto& by_chars = vocab_.body_by_chars(utf8);
         if (!by_chars.empty() && room >= by_chars.back().chars) {
@@ -181,17 +206,23 @@ void JsonConstraint::apply(std::span<float> logits) const {
           }
         }
       }
-      walk(s, in_string);
+      walk(s, in_string, limit);
       for (const auto& [id, text] : vocab_.text_tokens()) {
         Stack copy = s;
-        if (automaton_.step_text(copy, text)) set_bit(allowed_, size_t(id));
+        if (automaton_.step_text(copy, text)) take(id, copy, limit);
       }
     }
   }
-  bool any = false;
   if (finished_ || complete())
     for (int32_t id : vocab_.end_tokens()) set_bit(allowed_, size_t(id));
-  for (uint64_t w : allowed_) any = any || w != 0;
+  return std::any_of(allowed_.begin(), allowed_.end(), [](uint64_t w) { return w != 0; });
+}
+
+void JsonConstraint::apply(std::span<float> logits) const {
+  // After the next token budget_ - 1 remain, one of them for the end token.
+  const int64_t limit = budget_ ? *budget_ - 2 : kNoLimit;
+  bool any = mark(limit);
+  if (!any && budget_ && best_ != kUnbounded) any = mark(best_);
   if (!any) fail("json constraint: no token can continue the document (", stacks_.size(), " parses)");
   const float minus_inf = -std::numeric_limits<float>::infinity();
   const size_t n = std::min(logits.size(), vocab_.size());
@@ -236,6 +267,7 @@ void JsonConstraint::accept(int32_t token) {
   if (vocab_.is_end(token)) {
     if (!complete()) fail("json constraint: end token ", token, " before the document is complete");
     finished_ = true;
+    if (budget_) --*budget_;
     return;
   }
   std::vector<Stack> next;
@@ -245,6 +277,7 @@ void JsonConstraint::accept(int32_t token) {
     fail("json constraint: token ", token, " (\"", describe(vocab_.bytes(token)),
          "\") cannot continue the document");
   stacks_ = std::move(next);
+  if (budget_) --*budget_;
 }
 
 bool JsonConstraint::complete() const {
@@ -259,6 +292,18 @@ bool JsonConstraint::allows(int32_t token) const {
   for (const Stack& s : stacks_)
     if (feed(s, token, out)) return true;
   return false;
+}
+
+std::optional<uint32_t> JsonConstraint::closing_after(int32_t token) const {
+  if (token < 0 || size_t(token) >= vocab_.size()) return std::nullopt;
+  if (vocab_.is_end(token)) return finished_ || complete() ? std::optional<uint32_t>(0) : std::nullopt;
+  if (finished_) return std::nullopt;
+  std::vector<Stack> out;
+  for (const Stack& s : stacks_) feed(s, token, out);
+  if (out.empty()) return std::nullopt;
+  uint32_t best = kUnbounded;
+  for (const Stack& s : out) best = std::min(best, closing_.rest(s));
+  return best;
 }
 
 }  // namespace strata::decode

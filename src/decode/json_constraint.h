@@ -10,11 +10,13 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "decode/json_automaton.h"
+#include "decode/json_closing.h"
 #include "decode/json_schema.h"
 #include "tokenizer/tokenizer.h"
 
@@ -77,11 +79,19 @@ class JsonConstraint {
   JsonConstraint& operator=(const JsonConstraint&) = delete;
 
   // -inf on every token that cannot continue the document (and on ids past the vocabulary, as
-  // the model's output may be padded); end tokens only once the document is complete. Never
-  // masks everything: throws strata::Error if it would (a bug, not a user error).
+  // the model's output may be padded); end tokens only once the document is complete. Under a
+  // token budget also on every token after which the shortest completion (JsonClosing) and the
+  // end token no longer fit the tokens left; when nothing fits any more (a budget too small
+  // from the start), only the tokens that leave the shortest completion. Never masks
+  // everything: throws strata::Error if it would (a bug, not a user error).
   void apply(std::span<float> logits) const;
 
-  // Advances by a sampled token. Throws strata::Error for a token apply() would have masked.
+  // How many more tokens may be sampled, the end token included (max_tokens, or what the
+  // context has left). Steers the reply to a document that ends within them.
+  void set_token_budget(int64_t tokens) { budget_ = tokens; }
+
+  // Advances by a sampled token. Throws strata::Error for a token the grammar forbids (the
+  // budget is not checked here).
   void accept(int32_t token);
 
   // Whether the document could end now (an end token is allowed).
@@ -89,21 +99,35 @@ class JsonConstraint {
   // Whether an end token has been accepted.
   bool finished() const { return finished_; }
 
-  // Whether a token is allowed now; apply() computes all of them at once, faster.
+  // Whether the grammar allows a token now, the budget aside; apply() computes all of them at
+  // once, faster.
   bool allows(int32_t token) const;
 
+  // Fewest bytes that complete the document after `token` (the best of the live parses), or
+  // nullopt when the grammar forbids it; for an end token 0 when the document is complete.
+  std::optional<uint32_t> closing_after(int32_t token) const;
+
  private:
-  void walk(const Stack& base, bool quotes_only) const;
+  // Marks the tokens whose shortest completion afterwards is at most `limit` bytes (no limit:
+  // every token the grammar allows) and lowers best_ to the shortest completion seen. Returns
+  // whether any token was marked.
+  bool mark(int64_t limit) const;
+  void walk(const Stack& base, bool quotes_only, int64_t limit) const;
   bool feed(Stack s, int32_t token, std::vector<Stack>& out) const;
+  void take(int32_t token, const Stack& after, int64_t limit) const;
 
   const JsonVocab& vocab_;
   JsonGrammar grammar_;
   JsonAutomaton automaton_;
+  JsonClosing closing_;
   std::vector<Stack> stacks_;  // the parses still alive
   bool finished_ = false;
+  std::optional<int64_t> budget_;  // tokens that may still be sampled
 
-  // Scratch for apply(): the allowed set and one stack per trie depth.
+  // Scratch for apply(): the allowed set, the shortest completion among the tokens seen, and
+  // one stack per trie depth.
   mutable std::vector<uint64_t> allowed_;
+  mutable uint32_t best_ = 0;
   mutable std::vector<Stack> slots_;
   mutable std::vector<std::vector<Stack>> forks_;
   mutable uint64_t steps_ = 0;  // automaton steps of the current apply()

@@ -67,7 +67,10 @@ struct Envelope {
 // Bounds on what a request may make the automaton do; compiling a grammar past one of the first
 // three is a strata::Error naming it (the server answers 400).
 struct GrammarLimits {
-  uint32_t max_whitespace = 20;  // longest run of whitespace between tokens of the document
+  // Whitespace between two tokens of the document: "", " ", or "\n" and at most max_indent
+  // spaces or tabs (at most 200); compact allows only "" and " ".
+  uint32_t max_indent = 20;
+  bool compact = false;
   uint32_t max_depth = 32;       // deepest nesting of objects and arrays (the root counts as 1)
   uint32_t max_nodes = 16384;    // schema nodes (automaton states) after compiling
   // Parses that could be alive at once: anyOf alternatives that begin with the same byte all

@@ -494,6 +494,7 @@ uint64_t parse_bound(const JsonGrammar& g, uint64_t cap) {
 }
 
 void finish(JsonGrammar& g, Builder& b, const std::string& what) {
+  if (g.limits.max_indent > 200) fail(what, ": max_indent ", g.limits.max_indent, " is above 200");
   g.free_string = b.free_string();
   flatten_unions(g);
   compute_heights(g);

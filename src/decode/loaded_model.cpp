@@ -22,7 +22,9 @@ LoadedModel::LoadedModel(const LoadOptions& options) : path_(options.path), ctx_
   tokenizer_ =
       std::make_unique<tokenizer::Tokenizer>(tokenizer::read_vocab_metadata(model_->reader()));
   const auto& vocab = tokenizer_->vocab();
-  if (!vocab.chat_template.empty()) template_.emplace(vocab.chat_template);
+  const std::string& source = options.chat_template.empty() ? vocab.chat_template : options.chat_template;
+  if (!source.empty()) template_.emplace(source);
+  template_thinks_ = source.find("<think>") != std::string::npos;
   if (vocab.bos) bos_ = tokenizer_->piece(*vocab.bos);
   if (vocab.eos) eos_ = tokenizer_->piece(*vocab.eos);
 }

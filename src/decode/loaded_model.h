@@ -24,6 +24,7 @@ struct LoadOptions {
   int threads = 0;     // CPU backend threads; 0: one per hardware thread
   int64_t ctx = 4096;  // context positions a session gets
   experts::SourceOptions experts;  // where the routed experts come from (docs/EXPERT_CACHE.md)
+  std::string chat_template{};     // a Jinja chat template to use instead of the file's; empty: the file's
 };
 
 class LoadedModel {
@@ -41,6 +42,8 @@ class LoadedModel {
   int64_t ctx() const { return ctx_; }
 
   bool has_chat_template() const { return template_.has_value(); }
+  // Whether the chat template writes a <think> reasoning block (Qwen3 and its family).
+  bool template_thinks() const { return template_thinks_; }
   // The model's chat template over OpenAI-style messages (see chat/chat.h), with the file's
   // bos/eos tokens. Throws strata::Error when the model has no template or rendering fails.
   std::string render_chat(const nlohmann::ordered_json& messages,
@@ -59,6 +62,7 @@ class LoadedModel {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::optional<chat::Template> template_;
   std::string bos_, eos_;
+  bool template_thinks_ = false;
 };
 
 }  // namespace strata::decode

@@ -36,6 +36,24 @@ void Window::dump(const char* name, int64_t il, const Tensor& t) {
   dump_fn(il < 0 ? std::string(name) : cat(name, "-", il), rows, t.cols);
 }
 
+Tensor per_sequence(Window& w, const Tensor& x, const SequencePart& part) {
+  if (w.sequences.size() <= 1) return part(w, x);
+  static const DumpFn kNoDump;  // a sequence's own rows are not dumped
+  Tensor out;
+  for (const WindowSequence& s : w.sequences) {
+    Window seq{w.be, w.c, w.w, w.experts, *s.state,
+               std::vector<int32_t>(w.pos.begin() + s.first, w.pos.begin() + s.first + s.rows),
+               w.tokens.subspan(size_t(s.first), size_t(s.rows)), s.rows, w.renormalize_topk, kNoDump,
+               Scratch(w.be)};
+    seq.route = w.route;
+    seq.positions = w.positions.rows_view(s.first, s.rows);
+    const Tensor r = part(seq, x.rows_view(s.first, s.rows));
+    if (!out.data) out = w.tmp(w.T, r.cols);
+    w.be.copy(r, out.rows_view(s.first, s.rows));
+  }
+  return out;
+}
+
 LayerFn layer_function(Arch arch) {
   switch (arch) {
     case Arch::Qwen3Moe: return qwen3moe_layer;

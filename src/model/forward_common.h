@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,7 +40,15 @@ class Scratch {
   std::vector<backend::Ids> owned_ids_;
 };
 
-// One window in flight: what a layer function reads and writes.
+// One sequence's rows in a window that holds several (Model::forward_batch): rows
+// [first, first + rows) belong to `state`.
+struct WindowSequence {
+  int64_t first = 0, rows = 0;
+  State* state = nullptr;
+};
+
+// One window in flight: what a layer function reads and writes. With several sequences,
+// `state` is the first one's and only the parts that per_sequence() runs may touch it.
 struct Window {
   backend::Backend& be;
   const ModelConfig& c;
@@ -55,6 +64,7 @@ struct Window {
   RouteControl* route = nullptr;  // trace, recording, cache-conditional routing; null: exact
   backend::Ids positions = {};  // pos in backend memory, [T, 1], uploaded once per window
   Journal* journal = nullptr;     // a speculative window: what a rollback needs (journal.h)
+  std::vector<WindowSequence> sequences{};  // empty: one sequence, `state`
 
   // Hands t to the dump callback as "name-il" (il < 0: "name"), when one is set.
   void dump(const char* name, int64_t il, const Tensor& t);
@@ -74,6 +84,13 @@ Tensor qwen4exp_output(Window& w, const Tensor& x);
 // mixer [rows, hc_dim] -> [rows, n].
 void qwen4exp_mtp_input(Window& w, const LayerWeights& L, const Tensor& e, const Tensor& streams, Tensor x);
 Tensor qwen4exp_mtp_output(Window& w, const LayerWeights& L, const Tensor& x);
+
+// Runs `part` (whatever of a block reads or writes a sequence's state: attention and its KV
+// cache, the DeltaNet, PLE) on each sequence's rows of x in a window of its own, as if that
+// sequence were alone: a row's result never depends on the other rows. Returns the rows'
+// results in window order, [T, cols]. With one sequence it is just part(w, x).
+using SequencePart = std::function<Tensor(Window& sequence, const Tensor& rows)>;
+Tensor per_sequence(Window& w, const Tensor& x, const SequencePart& part);
 
 // The layer function of an architecture.
 LayerFn layer_function(Arch arch);

@@ -150,4 +150,102 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   return out;
 }
 
+std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRows> sequences) {
+  const ModelConfig& c = config_;
+  if (sequences.empty()) fail("forward: the window has no sequences");
+  // One sequence is a plain window (which a backend may record as a graph).
+  if (sequences.size() == 1) return {forward(sequences[0].tokens, *sequences[0].state, sequences[0].mode)};
+  std::vector<int32_t> tokens;
+  std::vector<WindowSequence> parts;
+  std::vector<int32_t> pos;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const SequenceRows& sq = sequences[i];
+    const std::string who = cat("sequence ", i, ": ");
+    const int64_t T = int64_t(sq.tokens.size());
+    if (T == 0) fail("forward: ", who, "the window has no tokens");
+    for (size_t k = 0; k < sq.tokens.size(); ++k)
+      if (sq.tokens[k] < 0 || sq.tokens[k] >= c.n_vocab)
+        fail(who, "token ", sq.tokens[k], " at window row ", k, " is outside the vocabulary (0..",
+             c.n_vocab - 1, ")");
+    State& state = *sq.state;
+    if (state.n_past + T > state.n_ctx())
+      fail(who, "context overflow: ", state.n_past, " positions done + ", T,
+           " new exceed the state's context of ", state.n_ctx());
+    if (int64_t(state.layers.size()) != c.n_layer) fail("forward: ", who, "the state belongs to another model");
+    for (size_t j = 0; j < i; ++j)
+      if (sequences[j].state == sq.state) fail("forward: sequences ", j, " and ", i, " share one state");
+    parts.push_back({int64_t(tokens.size()), T, sq.state});
+    tokens.insert(tokens.end(), sq.tokens.begin(), sq.tokens.end());
+    for (int64_t t = 0; t < T; ++t) pos.push_back(int32_t(state.n_past + t));
+  }
+  const int64_t T = int64_t(tokens.size());
+
+  struct WindowScope {
+    experts::ExpertSource& source;
+    explicit WindowScope(experts::ExpertSource& s) : source(s) { source.begin_window(); }
+    ~WindowScope() { source.end_window(); }
+  } window_scope(*experts_);
+  // Which sequences share a window changes from one to the next: never recorded as a graph.
+  struct BackendWindow {
+    backend::Backend& be;
+    bool open = true;
+    explicit BackendWindow(backend::Backend& b) : be(b) { be.begin_window(0); }
+    ~BackendWindow() {
+      if (open) be.end_window(false);
+    }
+  } backend_window(backend_);
+  Window w{backend_, c, weights_, *experts_, *sequences[0].state, std::move(pos), tokens, T, renormalize_topk_, dump_,
+           Scratch(backend_)};
+  w.route = route_.get();
+  w.sequences = parts;
+  Scratch keep(backend_);
+  w.positions = keep.ids(w.pos, T, 1);
+  const backend::Ids token_ids = keep.ids(tokens, T, 1);
+  const bool hc = c.arch == Arch::Qwen4Exp;
+  Tensor x = keep(T, hc ? c.hc_dim() : c.n_embd);
+  backend_.get_rows(weights_.token_embd, token_ids, x.cols_view(0, c.n_embd));  // embed_tokens(input_ids)
+  w.dump("embd", -1, x.cols_view(0, c.n_embd));
+  for (int64_t s = 1; hc && s < c.hc_count; ++s) backend_.copy(x.cols_view(0, c.n_embd), x.cols_view(s * c.n_embd, c.n_embd));
+  const LayerFn layer = layer_function(c.arch);
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    layer(w, il, x);
+    w.dump("layer_out", il, x);
+    w.tmp.clear();
+  }
+  if (route_) route_->end_window(T);
+  // The rows whose logits are wanted, gathered so the head runs once for every sequence.
+  std::vector<int64_t> wanted;  // per sequence: how many rows of `rows` are its
+  int64_t n = 0;
+  for (size_t i = 0; i < parts.size(); ++i)
+    n += wanted.emplace_back(sequences[i].mode == LogitsMode::All ? parts[i].rows : 1);
+  Tensor rows = keep(n, x.cols);
+  for (size_t i = 0, at = 0; i < parts.size(); at += size_t(wanted[i]), ++i)
+    backend_.copy(x.rows_view(parts[i].first + parts[i].rows - wanted[i], wanted[i]), rows.rows_view(int64_t(at), wanted[i]));
+  Tensor h;
+  if (hc) {
+    h = qwen4exp_output(w, rows);  // hyper_connection_mixer(hidden_states)
+  } else {
+    h = keep(rows.rows, c.n_embd);
+    backend_.rms_norm(rows, &weights_.output_norm, c.n_embd, float(c.rms_eps), h);  // norm(hidden_states)
+  }
+  w.dump("final_norm", -1, h);
+  Tensor logits = keep(h.rows, c.n_vocab);
+  backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)
+  backend_window.open = false;
+  backend_.end_window(true);
+  std::vector<float> all(size_t(h.rows * c.n_vocab));
+  backend_.download(logits, all.data());
+  std::vector<std::vector<float>> out;
+  int64_t at = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto first = all.begin() + at * c.n_vocab;
+    out.emplace_back(first, first + wanted[i] * c.n_vocab);
+    at += wanted[i];
+    State& state = *parts[i].state;
+    if (c.has_ple()) ple_advance_history(state.ple_history, sequences[i].tokens);
+    state.n_past += parts[i].rows;
+  }
+  return out;
+}
+
 }  // namespace strata::model

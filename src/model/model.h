@@ -88,6 +88,19 @@ class Model {
   std::vector<float> mtp_forward(std::span<const int32_t> tokens, std::span<const float> hidden,
                                  State& state, LogitsMode mode, std::vector<float>* hidden_out);
 
+  // One sequence's part of a shared window.
+  struct SequenceRows {
+    std::span<const int32_t> tokens;
+    State* state = nullptr;
+    LogitsMode mode = LogitsMode::Last;
+  };
+  // Several sequences (distinct states) in one window: their rows go through every layer
+  // together, so the experts a window routes to are fetched once for all of them, while
+  // attention, the DeltaNet and PLE run on each sequence's rows with its own state. Each
+  // sequence's logits equal what forward() gives it alone, bitwise. Throws like forward(), naming
+  // the sequence, and for a state given twice.
+  std::vector<std::vector<float>> forward_batch(std::span<const SequenceRows> sequences);
+
   // Called with every named activation of later forward() calls; empty = none (the default).
   void set_dump(DumpFn dump) { dump_ = std::move(dump); }
 

@@ -42,7 +42,7 @@ void qwen3moe_layer(Window& w, int64_t il, Tensor x) {
   const LayerWeights& L = w.w.layers[size_t(il)];
   Tensor h = norm(w, x, L.attn_norm);  // input_layernorm(hidden_states)
   w.dump("attn_norm", il, h);
-  Tensor a = attention(w, il, h);  // self_attn(...)
+  Tensor a = per_sequence(w, h, [il](Window& s, const Tensor& rows) { return attention(s, il, rows); });  // self_attn(...)
   w.dump("attn_out", il, a);
   w.be.add(x, a, x);  // residual + hidden_states
   w.dump("ffn_inp", il, x);

@@ -145,8 +145,10 @@ void qwen3next_layer(Window& w, int64_t il, Tensor x) {
   const LayerWeights& L = w.w.layers[size_t(il)];
   Tensor h = norm(w, x, L.attn_norm);  // input_layernorm(hidden_states)
   w.dump("attn_norm", il, h);
-  Tensor a = w.c.is_linear(il) ? gated_delta_net(w, il, h)   // linear_attn(...)
-                               : gated_attention(w, il, h);  // self_attn(...)
+  Tensor a = per_sequence(w, h, [il](Window& s, const Tensor& rows) {
+    return s.c.is_linear(il) ? gated_delta_net(s, il, rows)   // linear_attn(...)
+                             : gated_attention(s, il, rows);  // self_attn(...)
+  });
   w.dump("attn_out", il, a);
   w.be.add(x, a, x);  // residual + hidden_states
   w.dump("ffn_inp", il, x);

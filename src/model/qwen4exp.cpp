@@ -76,15 +76,18 @@ Tensor norm_streams(Window& w, const Tensor& x, const Weight& gain) {
 void qwen4exp_layer(Window& w, int64_t il, Tensor x) {
   const LayerWeights& L = w.w.layers[size_t(il)];
   if (w.c.ple_index(il) >= 0) {
-    Tensor p = ple_layer(w, il, x);  // hidden_states + self.ple(hidden_states, ple_input_ids, ...)
+    // hidden_states + self.ple(hidden_states, ple_input_ids, ...)
+    Tensor p = per_sequence(w, x, [il](Window& s, const Tensor& rows) { return ple_layer(s, il, rows); });
     w.dump("ple_out", il, p);
     w.be.add(x, p, x);
   }
   Tensor z;
   Tensor h = mix(w, x, {L.hc_attn_norm, L.hc_attn_down, L.hc_attn_up, &L.hc_attn_inject}, &z);
   w.dump("attn_mix", il, h);
-  Tensor a = w.c.is_linear(il) ? gated_delta_net(w, il, h)    // linear_attn(...)
-                               : sparse_attention(w, il, h);  // self_attn(...)
+  Tensor a = per_sequence(w, h, [il](Window& s, const Tensor& rows) {
+    return s.c.is_linear(il) ? gated_delta_net(s, il, rows)    // linear_attn(...)
+                             : sparse_attention(s, il, rows);  // self_attn(...)
+  });
   w.dump("attn_out", il, a);
   inject(w, x, a, z);
   h = mix(w, x, {L.hc_ffn_norm, L.hc_ffn_down, L.hc_ffn_up, &L.hc_ffn_inject}, &z);

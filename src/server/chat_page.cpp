@@ -30,6 +30,9 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   .assistant { align-self: flex-start; }
   .error { align-self: center; color: #d33; border-color: #d33; }
   .meta { font-size: .75rem; opacity: .65; margin-top: .25rem; }
+  details.thinking { font-size: .85rem; opacity: .75; margin-bottom: .35rem; }
+  details.thinking summary { cursor: pointer; }
+  details.thinking .thought { border-left: 2px solid var(--line); padding-left: .5rem; }
   form { display: flex; gap: .5rem; padding: .75rem 1rem; border-top: 1px solid var(--line); }
   #input { flex: 1; min-height: 2.6rem; max-height: 12rem; resize: vertical; font: inherit; }
   button { font: inherit; padding: .3rem .9rem; }
@@ -118,10 +121,31 @@ function setBusy(busy) {
   $("stop").disabled = !busy;
 }
 
+// The model's reasoning goes into a collapsed "Thinking" box above the answer, created when the
+// first reasoning_content delta arrives; it is not sent back in later turns.
+function thinkingBox(out) {
+  let box = out.querySelector("details.thinking .thought");
+  if (!box) {
+    const details = document.createElement("details");
+    details.className = "thinking";
+    const summary = document.createElement("summary");
+    summary.textContent = "Thinking";
+    box = document.createElement("div");
+    box.className = "thought";
+    details.append(summary, box);
+    out.prepend(details);
+  }
+  return box;
+}
+
 async function send(text) {
   turns.push({ role: "user", content: text });
   bubble("user", text);
   const out = bubble("assistant", "");
+  const answer = document.createElement("span");
+  answer.className = "answer";
+  out.appendChild(answer);
+  let thought = "";
   const meta = document.createElement("div");
   meta.className = "meta";
   const messages = [];
@@ -148,9 +172,13 @@ async function send(text) {
     for await (const chunk of events(r)) {
       if (chunk.error) throw new Error(chunk.error.message);
       const choice = chunk.choices[0];
+      if (choice && choice.delta && choice.delta.reasoning_content) {
+        thought += choice.delta.reasoning_content;
+        thinkingBox(out).textContent = thought;
+      }
       if (choice && choice.delta && choice.delta.content) {
         reply += choice.delta.content;
-        out.textContent = reply;
+        answer.textContent = reply;
         out.scrollIntoView({ block: "end" });
       }
       if (chunk.usage) {

@@ -20,9 +20,11 @@ decode::JsonGrammar grammar_for(const ChatRequest& r) {
                    "response_format", "invalid_value");
   try {
     if (forced_tool) {
+      // Qwen writes a call on one line: {"name": ..., "arguments": {...}}.
+      const decode::GrammarLimits one_line{.compact = true};
       if (r.tool_choice.mode == ToolChoiceMode::Function)
-        return decode::JsonGrammar::tool_calls(plain(r.tools), r.tool_choice.function, false);
-      return decode::JsonGrammar::tool_calls(plain(r.tools), std::nullopt, r.parallel_tool_calls);
+        return decode::JsonGrammar::tool_calls(plain(r.tools), r.tool_choice.function, false, one_line);
+      return decode::JsonGrammar::tool_calls(plain(r.tools), std::nullopt, r.parallel_tool_calls, one_line);
     }
     if (r.response_format.type == ResponseFormatType::JsonObject)
       return decode::JsonGrammar::any_object();
@@ -49,63 +51,47 @@ ChatPlan plan_chat(const ChatRequest& r, const decode::JsonVocab& vocab) {
   const auto thinking = plan.template_kwargs.find("enable_thinking");
   if (thinking != plan.template_kwargs.end() && *thinking == true)
     throw ApiError(400,
-                   "chat_template_kwargs.enable_thinking cannot be true with a JSON "
-                   "response_format or a forced tool call: the reasoning block is not JSON.",
+                   "Thinking cannot be enabled with a JSON response format or a forced tool call: "
+                   "the reasoning block is not JSON.",
                    "chat_template_kwargs.enable_thinking", "invalid_value");
   plan.template_kwargs["enable_thinking"] = false;
   plan.constraint = std::make_shared<decode::JsonConstraint>(vocab, grammar_for(r));
   return plan;
 }
 
-ReplyReader::ReplyReader(bool read_tool_calls, uint64_t id_salt)
-    : parser_(read_tool_calls ? std::make_unique<decode::ToolCallParser>(id_salt) : nullptr) {}
+ReplyReader::ReplyReader(decode::ThinkingStart thinking, bool read_tool_calls, uint64_t id_salt)
+    : splitter_(thinking),
+      parser_(read_tool_calls ? std::make_unique<decode::ToolCallParser>(id_salt) : nullptr) {}
 
-std::vector<Json> ReplyReader::deltas(const decode::ToolCallEvents& events) {
-  std::vector<Json> out;
-  if (!events.content.empty()) out.push_back({{"content", events.content}});
-  for (const auto& d : events.deltas) {
-    Json call = {{"index", d.index}};
-    if (!d.id.empty()) {
-      call["id"] = d.id;
-      call["type"] = "function";
-      call["function"] = {{"name", d.name}, {"arguments", d.arguments}};
-    } else {
-      call["function"] = {{"arguments", d.arguments}};
-    }
-    out.push_back({{"tool_calls", Json::array({call})}});
+ReplyEvents ReplyReader::answer(decode::ReasoningEvents split, bool last) {
+  ReplyEvents out;
+  out.reasoning = std::move(split.reasoning);
+  if (!parser_) {
+    out.content = std::move(split.content);
+    return out;
   }
+  decode::ToolCallEvents calls = parser_->feed(split.content);
+  if (last) {
+    decode::ToolCallEvents rest = parser_->finish();
+    calls.content += rest.content;
+    calls.deltas.insert(calls.deltas.end(), rest.deltas.begin(), rest.deltas.end());
+  }
+  out.content = std::move(calls.content);
+  out.calls = std::move(calls.deltas);
   return out;
 }
 
-std::vector<Json> ReplyReader::feed(const std::string& text) {
-  if (!parser_) {
-    text_ += text;
-    return {Json{{"content", text}}};
-  }
-  return deltas(parser_->feed(text));
+ReplyEvents ReplyReader::feed(const std::string& text) { return answer(splitter_.feed(text), false); }
+
+ReplyEvents ReplyReader::finish() { return answer(splitter_.finish(), true); }
+
+const std::string& ReplyReader::content() const {
+  return parser_ ? parser_->content() : splitter_.content();
 }
 
-std::vector<Json> ReplyReader::finish() {
-  if (!parser_) return {};
-  return deltas(parser_->finish());
-}
-
-bool ReplyReader::has_tool_calls() const { return parser_ && !parser_->tool_calls().empty(); }
-
-Json ReplyReader::message() const {
-  Json m = {{"role", "assistant"}};
-  const std::string& content = parser_ ? parser_->content() : text_;
-  // OpenAI sends null content beside tool calls when the model said nothing else.
-  m["content"] = content.empty() && has_tool_calls() ? Json() : Json(content);
-  if (has_tool_calls()) {
-    Json calls = Json::array();
-    for (const auto& c : parser_->tool_calls())
-      calls.push_back({{"id", c.id},
-                       {"type", "function"},
-                       {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
-    m["tool_calls"] = std::move(calls);
-  }
-  return m;
+const std::vector<decode::ToolCall>& ReplyReader::tool_calls() const {
+  static const std::vector<decode::ToolCall> none;
+  return parser_ ? parser_->tool_calls() : none;
 }
 
 }  // namespace strata::server

@@ -1,7 +1,8 @@
-// What makes a chat reply more than free text: the constraint that response_format or a forced
-// tool_choice puts on it (decode::JsonConstraint, built before the request is queued so a bad
-// schema is a 400), and reading the model's <tool_call> blocks back as OpenAI tool calls
-// (decode::ToolCallParser), whole or as streaming deltas.
+// What makes a chat reply more than free text, for every chat API (OpenAI chat completions,
+// Anthropic Messages, OpenAI Responses): the constraint that a JSON response format or a forced
+// tool choice puts on it (decode::JsonConstraint, built before the request is queued so a bad
+// schema is a 400), and reading the model's text back as reasoning (decode::ReasoningSplitter),
+// answer and tool calls (decode::ToolCallParser), whole or as streaming events.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decode/json_constraint.h"
+#include "decode/reasoning.h"
 #include "decode/tool_calls.h"
 #include "server/request.h"
 
@@ -31,25 +33,34 @@ struct ChatPlan {
 // JSON).
 ChatPlan plan_chat(const ChatRequest& r, const decode::JsonVocab& vocab);
 
-// Turns generated text into OpenAI message content and tool calls. Without tool reading it
-// passes the text through.
+// What a piece of the reply adds: reasoning text, answer text, tool-call deltas, in this order.
+struct ReplyEvents {
+  std::string reasoning;
+  std::string content;
+  std::vector<decode::ToolCallDelta> calls;
+};
+
+// Splits the generated text into reasoning (when the template thinks), answer text and tool
+// calls (when tools were offered). How the text is cut never changes the result.
 class ReplyReader {
  public:
-  ReplyReader(bool read_tool_calls, uint64_t id_salt);
+  ReplyReader(decode::ThinkingStart thinking, bool read_tool_calls, uint64_t id_salt);
 
-  // Streaming: the `delta` objects for a piece of text (none while text is held back).
-  std::vector<Json> feed(const std::string& text);
-  // The deltas of the held-back rest once generation has ended.
-  std::vector<Json> finish();
-  // After finish(): the whole message, and whether it carries tool calls.
-  Json message() const;
-  bool has_tool_calls() const;
+  ReplyEvents feed(const std::string& text);
+  // The held-back rest once generation has ended.
+  ReplyEvents finish();
+
+  // Everything so far (after finish(): the whole reply).
+  const std::string& reasoning() const { return splitter_.reasoning(); }
+  const std::string& content() const;
+  const std::vector<decode::ToolCall>& tool_calls() const;
+  bool has_tool_calls() const { return !tool_calls().empty(); }
 
  private:
-  std::vector<Json> deltas(const decode::ToolCallEvents& events);
+  ReplyEvents answer(decode::ReasoningEvents split, bool last);
 
+  decode::ReasoningSplitter splitter_;
   std::unique_ptr<decode::ToolCallParser> parser_;  // null: plain text
-  std::string text_;
 };
 
 }  // namespace strata::server

@@ -64,6 +64,41 @@ Json usage_only(const ResponseHeader& h, const char* object, const Usage& usage)
 
 }  // namespace
 
+Json chat_message(const ReplyReader& reader) {
+  Json m = {{"role", "assistant"}};
+  // OpenAI sends null content beside tool calls when the model said nothing else.
+  m["content"] = reader.content().empty() && reader.has_tool_calls() ? Json() : Json(reader.content());
+  // llama-server's and vLLM's field for the thinking text.
+  if (!reader.reasoning().empty()) m["reasoning_content"] = reader.reasoning();
+  if (reader.has_tool_calls()) {
+    Json calls = Json::array();
+    for (const auto& c : reader.tool_calls())
+      calls.push_back({{"id", c.id},
+                       {"type", "function"},
+                       {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    m["tool_calls"] = std::move(calls);
+  }
+  return m;
+}
+
+std::vector<Json> chat_deltas(const ReplyEvents& events) {
+  std::vector<Json> out;
+  if (!events.reasoning.empty()) out.push_back({{"reasoning_content", events.reasoning}});
+  if (!events.content.empty()) out.push_back({{"content", events.content}});
+  for (const auto& d : events.calls) {
+    Json call = {{"index", d.index}};
+    if (!d.id.empty()) {
+      call["id"] = d.id;
+      call["type"] = "function";
+      call["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+    } else {
+      call["function"] = {{"arguments", d.arguments}};
+    }
+    out.push_back({{"tool_calls", Json::array({call})}});
+  }
+  return out;
+}
+
 Json chat_completion(const ResponseHeader& h, const Json& message, const std::string& finish,
                      const Usage& usage) {
   return with_choice(h, "chat.completion", "message", message, finish, usage_json(usage));
@@ -89,11 +124,5 @@ Json text_chunk(const ResponseHeader& h, const std::string& text, const std::str
 Json text_usage_chunk(const ResponseHeader& h, const Usage& usage) {
   return usage_only(h, "text_completion", usage);
 }
-
-std::string to_text(const Json& j) {
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
-std::string sse_event(const Json& j) { return "data: " + to_text(j) + "\n\n"; }
 
 }  // namespace strata::server

@@ -6,10 +6,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "decode/generate.h"
+#include "server/chat_reply.h"
+#include "server/respond.h"
 
 namespace strata::server {
 
@@ -38,6 +41,12 @@ struct ResponseHeader {
 // A fresh response header: a random id with `prefix` and the current time.
 ResponseHeader new_header(const std::string& prefix, const std::string& model);
 
+// The assistant message of a finished reply: content (null beside tool calls when empty),
+// reasoning_content when the model thought, tool_calls.
+Json chat_message(const ReplyReader& reader);
+// The chat deltas one piece of the reply streams: reasoning_content, content, tool_calls.
+std::vector<Json> chat_deltas(const ReplyEvents& events);
+
 Json chat_completion(const ResponseHeader& h, const Json& message, const std::string& finish,
                      const Usage& usage);
 // `finish` empty: null (every chunk but the last). The usage chunk is the extra last one of
@@ -50,10 +59,6 @@ Json text_completion(const ResponseHeader& h, const std::string& text, const std
 Json text_chunk(const ResponseHeader& h, const std::string& text, const std::string& finish);
 Json text_usage_chunk(const ResponseHeader& h, const Usage& usage);
 
-// JSON text; invalid UTF-8 from the model is replaced (U+FFFD) rather than thrown on.
-std::string to_text(const Json& j);
-// "data: <json>\n\n"
-std::string sse_event(const Json& j);
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 
 }  // namespace strata::server

@@ -7,22 +7,11 @@
 #include "server/api_error.h"
 #include "server/chat_reply.h"
 #include "server/encode.h"
-#include "server/http_server.h"
 #include "util/error.h"
 
 namespace strata::server {
 
 namespace {
-
-// How long a response may stay silent. A write is the only way to learn that the client has
-// gone, so a quiet stretch (a long prefill, a wait in the queue) still writes something: an SSE
-// comment, or a space before a JSON body, which JSON parsers skip.
-constexpr auto kHeartbeat = std::chrono::seconds(1);
-
-// Not "application/json" exactly: httplib gzips that content type, and a compressor would hold
-// the heartbeat bytes back. text/event-stream is never compressed.
-constexpr const char* kJsonType = "application/json; charset=utf-8";
-constexpr const char* kSseType = "text/event-stream";
 
 std::string generation_label(const decode::GenerateResult& r, bool client_gone) {
   if (client_gone) return "cancelled";
@@ -33,93 +22,6 @@ std::string generation_label(const decode::GenerateResult& r, bool client_gone) 
     case decode::FinishReason::Cancelled: return "timeout";
   }
   return "stop";
-}
-
-ApiError internal_error(const std::string& what) {
-  return ApiError(500, cat("The generation failed: ", what), "", "internal_error", "server_error");
-}
-
-// What a response needs from a finished job: its result, or the error to report.
-const decode::GenerateResult& finished(const Job& job) {
-  if (!job.result()) throw internal_error(job.error());
-  return *job.result();
-}
-
-// How a response is written while its job runs.
-struct Writer {
-  const char* content_type;
-  std::string opening;    // written at once
-  std::string heartbeat;  // written after kHeartbeat without news
-  std::function<std::string(const std::string& text)> part;  // a batch of streamed text
-  std::function<std::string(const Job& job)> closing;       // once the job is done
-};
-
-// Drives a started job to the client. A failed write cancels the job.
-void respond(httplib::Response& res, std::shared_ptr<Job> job, Writer writer) {
-  res.set_header("Cache-Control", "no-cache");
-  const char* content_type = writer.content_type;
-  res.set_chunked_content_provider(
-      content_type,
-      [job, writer = std::move(writer)](size_t, httplib::DataSink& sink) {
-        const auto& opening = writer.opening;
-        if (!opening.empty() && !sink.write(opening.data(), opening.size())) {
-          job->cancel();
-          return false;
-        }
-        std::vector<std::string> pieces;
-        for (bool more = true; more;) {
-          pieces.clear();
-          more = job->next(pieces, Clock::now() + kHeartbeat);
-          std::string text;
-          for (const auto& p : pieces) text += p;
-          std::string out = !text.empty() ? writer.part(text) : more ? writer.heartbeat : "";
-          if (!more) out += writer.closing(*job);
-          if (!out.empty() && !sink.write(out.data(), out.size())) {
-            job->cancel();
-            return false;
-          }
-        }
-        sink.done();
-        return true;
-      },
-      [job](bool success) {
-        if (!success) job->cancel();
-      });
-}
-
-// How long a non-streaming response holds its status line while the job runs, so that a
-// generation that fails early (an expert record that cannot be read) answers with a 5xx rather
-// than a 200 whose body is an error. A longer job then goes on as json_writer says.
-constexpr auto kStatusHold = std::chrono::seconds(10);
-
-// Waits (up to kStatusHold) for a non-streaming job, watching the client's connection meanwhile:
-// throws the job's error as a 500 if it failed, cancels it if the client hung up.
-void hold_status(Job& job) {
-  const auto until = Clock::now() + kStatusHold;
-  std::vector<std::string> pieces;  // a non-streaming reply takes its text from the result
-  while (Clock::now() < until) {
-    pieces.clear();
-    if (!job.next(pieces, std::min(until, Clock::now() + kHeartbeat))) {
-      finished(job);
-      return;
-    }
-    if (!HttpServer::client_connected()) {
-      job.cancel();
-      return;
-    }
-  }
-}
-
-// A non-streaming response: spaces while the job runs, then the JSON body from the result.
-Writer json_writer(std::function<Json(const decode::GenerateResult&)> body) {
-  return {kJsonType, "", " ", [](const std::string&) { return std::string(" "); },
-          [body = std::move(body)](const Job& done) {
-            try {
-              return to_text(body(finished(done)));
-            } catch (const ApiError& e) {
-              return to_text(error_body(e));
-            }
-          }};
 }
 
 // A streaming response: `opening`, the chunks of each batch of text, the last chunks (the
@@ -152,6 +54,19 @@ uint64_t random_salt() {
   return (uint64_t(rd()) << 32) | rd();
 }
 
+// Runs `filter` and `on_token` after the hooks `gen` already has.
+void add_hooks(decode::GenerateParams& gen, std::function<void(std::span<float>)> filter,
+               std::function<void(int32_t)> on_token) {
+  gen.logits_filter = [first = std::move(gen.logits_filter), filter = std::move(filter)](std::span<float> logits) {
+    if (first) first(logits);
+    filter(logits);
+  };
+  gen.on_token = [first = std::move(gen.on_token), on_token = std::move(on_token)](int32_t id) {
+    if (first) first(id);
+    on_token(id);
+  };
+}
+
 }  // namespace
 
 Generation::Generation(decode::LoadedModel& model, Metrics& metrics, GenerationOptions options)
@@ -162,11 +77,18 @@ Generation::Generation(decode::LoadedModel& model, Metrics& metrics, GenerationO
       limits_{options_.model_id,
               std::min<int64_t>(model.model().config().n_vocab, int64_t(model.tokenizer().size()))},
       json_vocab_(model.tokenizer()),
-      session_(model.model(), model.tokenizer(), {.n_ctx = model.ctx(), .snapshot_prompt = true, .spec = options_.spec}),
-      scheduler_(options_.queue) {}
+      session_(options_.parallel > 1
+                   ? nullptr
+                   : std::make_unique<decode::Session>(
+                         model.model(), model.tokenizer(),
+                         decode::SessionOptions{.n_ctx = model.ctx(), .snapshot_prompt = true, .spec = options_.spec})),
+      batch_(options_.parallel > 1 ? std::make_unique<BatchLoop>(model.model(), model.tokenizer(), model.ctx(),
+                                                                 options_.parallel, options_.batch)
+                                   : nullptr),
+      scheduler_(options_.queue, options_.parallel) {}
 
 LiveGauges Generation::gauges() const {
-  return {scheduler_.queued(), scheduler_.capacity(), scheduler_.running()};
+  return {scheduler_.queued(), scheduler_.capacity(), scheduler_.running(), scheduler_.workers()};
 }
 
 decode::GenerateParams Generation::params_for(const GenerationRequest& r,
@@ -204,9 +126,8 @@ std::shared_ptr<Job> Generation::start(const std::vector<int32_t>& prompt,
         gen.should_stop = [&self] { return self.should_stop(); };
         decode::GenerateResult result;
         try {
-          result = session_.generate(prompt, gen, [&self](const std::string& piece) {
-            self.emit(piece);
-          });
+          const auto emit = [&self](const std::string& piece) { self.emit(piece); };
+          result = batch_ ? batch_->run(prompt, gen, emit) : session_->generate(prompt, gen, emit);
         } catch (const std::exception&) {
           metrics_.count_generation({}, "error");
           throw;
@@ -240,42 +161,92 @@ std::shared_ptr<Job> Generation::start(const std::vector<int32_t>& prompt,
                  "", "queue_timeout", "server_error");
 }
 
-void Generation::chat(const httplib::Request& req, httplib::Response& res) {
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(options_.timeout_s));
-  const ChatRequest r = parse_chat_request(req.body, limits_);
-  const ChatPlan plan = plan_chat(r, json_vocab_);
-  std::string text;
+Clock::time_point Generation::deadline() const {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(options_.timeout_s));
+}
+
+std::string Generation::render(const ChatRequest& r, const ChatPlan& plan) const {
   try {
-    text = model_.render_chat(r.messages, plan.tools, true, plan.template_kwargs);
+    return model_.render_chat(r.messages, plan.tools, true, plan.template_kwargs);
   } catch (const Error& e) {
     throw ApiError(400, cat("The messages do not fit the model's chat template: ", e.what()),
                    "messages", "invalid_value");
   }
+}
+
+// How much of the prompt the next turn will repeat, in tokens: the prompt cache keeps the state
+// there. The next turn renders this conversation, then this reply in the template's own way, which
+// need not match the generation prompt (Qwen3's drops the empty <think> block that
+// enable_thinking=false writes there), so the answer is the prompt's common prefix with a
+// rendering of a conversation that goes on past a reply.
+int64_t Generation::conversation_end(const ChatRequest& r, const ChatPlan& plan,
+                                     const std::vector<int32_t>& prompt) const {
+  nlohmann::ordered_json next = r.messages;
+  next.push_back({{"role", "assistant"}, {"content", "."}});
+  next.push_back({{"role", "user"}, {"content", "."}});
+  std::vector<int32_t> later;
+  try {
+    later = model_.encode(model_.render_chat(next, plan.tools, false, plan.template_kwargs));
+  } catch (const Error&) {
+    return -1;
+  }
+  size_t common = 0;
+  while (common < later.size() && common < prompt.size() && later[common] == prompt[common]) ++common;
+  return int64_t(common);
+}
+
+int64_t Generation::count_chat_tokens(const ChatRequest& r) const {
+  const ChatPlan plan = plan_chat(r, json_vocab_);
+  return int64_t(model_.encode(render(r, plan)).size());
+}
+
+StartedChat Generation::start_chat(const ChatRequest& r, Clock::time_point deadline) {
+  const ChatPlan plan = plan_chat(r, json_vocab_);
+  const std::string text = render(r, plan);
   const auto prompt = model_.encode(text);
   decode::GenerateParams gen = params_for(r, prompt.size());
-  if (plan.constraint) {
-    gen.logits_filter = [bias = std::move(gen.logits_filter),
-                         constraint = plan.constraint](std::span<float> logits) {
-      if (bias) bias(logits);
-      constraint->apply(logits);
-    };
-    gen.on_token = [constraint = plan.constraint](int32_t id) { constraint->accept(id); };
+  gen.snapshot_at = conversation_end(r, plan, prompt);
+  const decode::ThinkingStart thinking = decode::thinking_start(text, model_.template_thinks());
+  if (r.thinking_budget &&
+      (thinking == decode::ThinkingStart::MayOpen || thinking == decode::ThinkingStart::Inside)) {
+    std::shared_ptr<decode::ThinkingBudget> budget;
+    try {
+      budget = std::make_shared<decode::ThinkingBudget>(model_.tokenizer(), thinking, *r.thinking_budget);
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), "thinking_token_budget", "invalid_value");
+    }
+    add_hooks(gen, [budget](std::span<float> logits) { budget->filter(logits); },
+              [budget](int32_t id) { budget->accept(id); });
   }
-  auto job = start(prompt, std::move(gen), deadline);
+  if (plan.constraint) {
+    // The reply must close within max_tokens and the context, whichever ends it first.
+    plan.constraint->set_token_budget(std::min(gen.max_tokens, model_.ctx() - int64_t(prompt.size())));
+    add_hooks(gen, [constraint = plan.constraint](std::span<float> logits) { constraint->apply(logits); },
+              [constraint = plan.constraint](int32_t id) { constraint->accept(id); });
+  }
+  return {start(prompt, std::move(gen), deadline),
+          std::make_shared<ReplyReader>(thinking, plan.read_tool_calls, random_salt()),
+          int64_t(prompt.size())};
+}
+
+void Generation::chat(const httplib::Request& req, httplib::Response& res) {
+  const auto until = deadline();
+  const ChatRequest r = parse_chat_request(req.body, limits_);
+  const StartedChat started = start_chat(r, until);
+  const auto& job = started.job;
+  const auto& reader = started.reader;
   const ResponseHeader head = new_header("chatcmpl-", options_.model_id);
-  auto reader = std::make_shared<ReplyReader>(plan.read_tool_calls, random_salt());
 
   if (!r.stream) {
     hold_status(*job);
     respond(res, job, json_writer([head, reader](const decode::GenerateResult& result) {
               reader->feed(result.text);
               reader->finish();
-              return chat_completion(head, reader->message(),
+              return chat_completion(head, chat_message(*reader),
                                      finish_reason(result.finish, reader->has_tool_calls()),
                                      usage_of(result.telemetry));
-            }));
+            }, error_body));
     return;
   }
   const auto chunks = [head](const std::vector<Json>& deltas) {
@@ -286,9 +257,9 @@ void Generation::chat(const httplib::Request& req, httplib::Response& res) {
   respond(res, job,
           sse_writer(
               sse_event(chat_chunk(head, {{"role", "assistant"}, {"content", ""}}, "")),
-              [reader, chunks](const std::string& text) { return chunks(reader->feed(text)); },
+              [reader, chunks](const std::string& text) { return chunks(chat_deltas(reader->feed(text))); },
               [head, reader, chunks](const decode::GenerateResult& result) {
-                auto out = chunks(reader->finish());
+                auto out = chunks(chat_deltas(reader->finish()));
                 out.push_back(chat_chunk(head, Json::object(),
                                          finish_reason(result.finish, reader->has_tool_calls())));
                 return out;
@@ -300,9 +271,7 @@ void Generation::chat(const httplib::Request& req, httplib::Response& res) {
 }
 
 void Generation::completion(const httplib::Request& req, httplib::Response& res) {
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(options_.timeout_s));
+  const auto until = deadline();
   CompletionRequest r = parse_completion_request(req.body, limits_);
   std::vector<int32_t> prompt;
   std::string echo;
@@ -316,7 +285,7 @@ void Generation::completion(const httplib::Request& req, httplib::Response& res)
     prompt = model_.encode(r.prompt);
     if (r.echo) echo = r.prompt;
   }
-  auto job = start(prompt, params_for(r, prompt.size()), deadline);
+  auto job = start(prompt, params_for(r, prompt.size()), until);
   const ResponseHeader head = new_header("cmpl-", options_.model_id);
   if (!r.stream) {
     hold_status(*job);
@@ -324,7 +293,7 @@ void Generation::completion(const httplib::Request& req, httplib::Response& res)
               return text_completion(head, echo + result.text,
                                      finish_reason(result.finish, false),
                                      usage_of(result.telemetry));
-            }));
+            }, error_body));
     return;
   }
   respond(res, job,

@@ -1,4 +1,5 @@
-// The two generating endpoints, /v1/chat/completions and /v1/completions: parse and validate the
+// Generation for every API: OpenAI's /v1/chat/completions and /v1/completions here, and
+// start_chat() for the other chat APIs (anthropic_api.h, responses_api.h): parse and validate the
 // request, render and tokenize the prompt, check it fits the context, queue one job on the
 // scheduler, then answer with one JSON object or an SSE stream as the tokens come. The model
 // state (decode::Session) is touched only by the scheduler's worker, which is what makes the
@@ -15,6 +16,8 @@
 #include "decode/generate.h"
 #include "decode/json_constraint.h"
 #include "decode/loaded_model.h"
+#include "server/batch_loop.h"
+#include "server/chat_reply.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/scheduler.h"
@@ -26,7 +29,16 @@ struct GenerationOptions {
   size_t queue = 8;         // requests that may wait behind the running one
   double timeout_s = 600;   // a request's whole life: queue wait and generation
   int64_t batch = 512;      // prefill rows per window
-  spec::Options spec;       // speculative decoding (strata serve --spec)
+  size_t parallel = 1;      // generations that share windows (1: one at a time)
+  spec::Options spec;       // speculative decoding (strata serve --spec; with --parallel 1)
+};
+
+// A chat request queued and started: its job, and the reader that turns its text into
+// reasoning, answer and tool calls.
+struct StartedChat {
+  std::shared_ptr<Job> job;
+  std::shared_ptr<ReplyReader> reader;
+  int64_t prompt_tokens = 0;
 };
 
 class Generation {
@@ -34,8 +46,20 @@ class Generation {
   // `model` and `metrics` must outlive this.
   Generation(decode::LoadedModel& model, Metrics& metrics, GenerationOptions options);
 
+  // OpenAI's /v1/chat/completions and /v1/completions.
   void chat(const httplib::Request& req, httplib::Response& res);
   void completion(const httplib::Request& req, httplib::Response& res);
+
+  // What every chat API shares once its request is parsed into a ChatRequest: plan the
+  // constraint, render the template, tokenize, check the context, add the thinking budget,
+  // queue the job and wait until it starts. Throws ApiError (400, 429, 503).
+  StartedChat start_chat(const ChatRequest& r, Clock::time_point deadline);
+  // How many tokens the prompt of `r` has (Anthropic's count_tokens).
+  int64_t count_chat_tokens(const ChatRequest& r) const;
+  // When a request arriving now runs out of time (--timeout).
+  Clock::time_point deadline() const;
+  const std::string& model_id() const { return options_.model_id; }
+  decode::LoadedModel& model() { return model_; }
 
   // Refuses new jobs, drops queued ones, ends the running one at its next window.
   void shutdown() { scheduler_.shutdown(); }
@@ -48,14 +72,18 @@ class Generation {
   std::shared_ptr<Job> start(const std::vector<int32_t>& prompt, decode::GenerateParams gen,
                              Clock::time_point deadline);
   decode::GenerateParams params_for(const GenerationRequest& r, size_t prompt_tokens) const;
+  std::string render(const ChatRequest& r, const ChatPlan& plan) const;
+  int64_t conversation_end(const ChatRequest& r, const ChatPlan& plan, const std::vector<int32_t>& prompt) const;
 
   decode::LoadedModel& model_;
   Metrics& metrics_;
   GenerationOptions options_;
   RequestLimits limits_;
   decode::JsonVocab json_vocab_;  // what constrained replies need about the vocabulary, once
-  decode::Session session_;
-  Scheduler scheduler_;
+  // One of the two: a session for one generation at a time, or the slots of --parallel N.
+  std::unique_ptr<decode::Session> session_;
+  std::unique_ptr<BatchLoop> batch_;
+  Scheduler scheduler_;  // last: its workers stop before the above go
 };
 
 }  // namespace strata::server

@@ -114,12 +114,13 @@ std::string Metrics::render(const LiveGauges& live) const {
     metric(out, "strata_expert_cache_hit_ratio", "gauge",
            "Expert cache hit rate of the last generation (0..1).", *last_cache_hit_rate_);
   if (spec_) render_spec(out, *spec_);
-  metric(out, "strata_queue_depth", "gauge", "Requests waiting behind the running generation.",
+  metric(out, "strata_queue_depth", "gauge", "Requests waiting behind the running generations.",
          double(live.queue_depth));
   metric(out, "strata_queue_capacity", "gauge", "Requests that may wait (--queue).",
          double(live.queue_capacity));
-  metric(out, "strata_generation_running", "gauge", "1 while a generation runs.",
-         live.generating ? 1 : 0);
+  metric(out, "strata_generation_running", "gauge", "Generations running now.", double(live.running));
+  metric(out, "strata_parallel_sequences", "gauge", "Sequences that may share a window (--parallel).",
+         double(live.parallel));
   return out;
 }
 

@@ -17,7 +17,8 @@ namespace strata::server {
 struct LiveGauges {
   size_t queue_depth = 0;
   size_t queue_capacity = 0;
-  bool generating = false;
+  size_t running = 0;   // generations running now
+  size_t parallel = 1;  // --parallel
 };
 
 class Metrics {

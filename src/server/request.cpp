@@ -348,7 +348,7 @@ ChatRequest parse_chat_request(std::string_view body, const RequestLimits& limit
                     "parallel_tool_calls", "response_format", "user", "logprobs", "top_logprobs",
                     "logit_bias", "metadata", "store", "service_tier", "reasoning_effort",
                     "modalities", "audio", "functions", "function_call", "top_k", "min_p",
-                    "repetition_penalty", "chat_template_kwargs"});
+                    "repetition_penalty", "chat_template_kwargs", "thinking_token_budget"});
   parse_model(f, limits);
   ChatRequest r;
   // Without max_tokens a chat reply runs until the model ends it or the context is full.
@@ -362,6 +362,7 @@ ChatRequest parse_chat_request(std::string_view body, const RequestLimits& limit
   r.parallel_tool_calls = f.boolean("parallel_tool_calls").value_or(true);
   r.response_format = parse_response_format(f);
   if (const Json* kwargs = f.object("chat_template_kwargs")) r.template_kwargs = *kwargs;
+  r.thinking_budget = f.integer("thinking_token_budget", 0, INT32_MAX);
   f.string("user");
   f.object("metadata");
   f.boolean("store");

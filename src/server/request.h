@@ -65,6 +65,8 @@ struct ChatRequest : GenerationRequest {
   bool parallel_tool_calls = true;  // a forced tool call may be several blocks
   ResponseFormat response_format;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
+  // Tokens the reasoning may take before </think> is forced (vLLM's thinking_token_budget).
+  std::optional<int64_t> thinking_budget;
 };
 
 struct CompletionRequest : GenerationRequest {

@@ -1,5 +1,6 @@
 #include "server/scheduler.h"
 
+#include <algorithm>
 #include <exception>
 
 namespace strata::server {
@@ -53,7 +54,9 @@ void Job::drop() {
   dropped_ = true;
 }
 
-Scheduler::Scheduler(size_t capacity) : capacity_(capacity), worker_([this] { work(); }) {}
+Scheduler::Scheduler(size_t capacity, size_t workers) : capacity_(capacity) {
+  for (size_t i = 0; i < std::max<size_t>(workers, 1); ++i) workers_.emplace_back([this] { work(); });
+}
 
 Scheduler::~Scheduler() { shutdown(); }
 
@@ -61,8 +64,9 @@ Scheduler::Admission Scheduler::submit(std::shared_ptr<Job> job) {
   {
     std::lock_guard lock(mutex_);
     if (closed_) return Admission::Closed;
-    // The running job does not count against the queue; an idle server always takes one.
-    if (queue_.size() >= capacity_ && (current_ || !queue_.empty())) return Admission::Full;
+    // Running jobs do not count against the queue, and a free worker always takes one.
+    const size_t free = workers_.size() - running_.size();
+    if (queue_.size() >= capacity_ + free) return Admission::Full;
     queue_.push_back(std::move(job));
   }
   wake_.notify_one();
@@ -78,7 +82,7 @@ void Scheduler::work() {
       if (closed_) return;
       job = std::move(queue_.front());
       queue_.pop_front();
-      current_ = job;
+      running_.push_back(job);
     }
     // A job whose client left or whose time ran out while it waited never starts.
     if (job->should_stop())
@@ -87,7 +91,7 @@ void Scheduler::work() {
       job->run();
     {
       std::lock_guard lock(mutex_);
-      current_.reset();
+      running_.erase(std::find(running_.begin(), running_.end(), job));
     }
     // Only now, so a client that has its answer sees an idle server.
     job->finish();
@@ -101,24 +105,26 @@ void Scheduler::shutdown() {
     std::lock_guard lock(mutex_);
     closed_ = true;
     dropped.swap(queue_);
-    if (current_) current_->abort();
+    for (auto& job : running_) job->abort();
   }
   wake_.notify_all();
   for (auto& job : dropped) {
     job->drop();
     job->finish();
   }
-  if (worker_.joinable()) worker_.join();
+  for (auto& worker : workers_)
+    if (worker.joinable()) worker.join();
 }
 
 size_t Scheduler::queued() const {
   std::lock_guard lock(mutex_);
-  return queue_.size();
+  const size_t free = workers_.size() - running_.size();
+  return queue_.size() > free ? queue_.size() - free : 0;
 }
 
-bool Scheduler::running() const {
+size_t Scheduler::running() const {
   std::lock_guard lock(mutex_);
-  return current_ != nullptr;
+  return running_.size();
 }
 
 }  // namespace strata::server

@@ -1,7 +1,8 @@
-// One generation at a time behind a bounded queue. The model state is single-user, so a single
-// worker thread runs jobs in arrival order; HTTP threads submit a Job and read its streamed text
-// as it is produced. A job whose client has gone, whose deadline has passed or whose server is
-// shutting down stops at its next window (Job::should_stop), queued or running.
+// Generations behind a bounded queue: `workers` worker threads each run one job at a time, in
+// arrival order (one worker for the single model state; several when the jobs share windows
+// through a BatchLoop, --parallel). HTTP threads submit a Job and read its streamed text as it is
+// produced. A job whose client has gone, whose deadline has passed or whose server is shutting
+// down stops at its next window (Job::should_stop), queued or running.
 #pragma once
 
 #include <atomic>
@@ -78,8 +79,8 @@ class Job {
 
 class Scheduler {
  public:
-  // `capacity`: jobs that may wait behind the running one.
-  explicit Scheduler(size_t capacity);
+  // `capacity`: jobs that may wait while `workers` (>= 1) jobs run.
+  explicit Scheduler(size_t capacity, size_t workers = 1);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -87,13 +88,15 @@ class Scheduler {
   enum class Admission { Accepted, Full, Closed };
   Admission submit(std::shared_ptr<Job> job);
 
-  // Stops taking jobs, drops the queued ones, aborts the running one (it ends at its next
-  // window and answers with what it has) and joins the worker. Idempotent.
+  // Stops taking jobs, drops the queued ones, aborts the running ones (they end at their next
+  // window and answer with what they have) and joins the workers. Idempotent.
   void shutdown();
 
+  // Jobs waiting for a worker.
   size_t queued() const;
-  bool running() const;
+  size_t running() const;
   size_t capacity() const { return capacity_; }
+  size_t workers() const { return workers_.size(); }
 
  private:
   void work();
@@ -102,10 +105,10 @@ class Scheduler {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> queue_;
-  std::shared_ptr<Job> current_;
+  std::vector<std::shared_ptr<Job>> running_;
   bool closed_ = false;
   std::mutex shutdown_mutex_;  // a signal watcher and the serving thread may both shut down
-  std::thread worker_;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace strata::server

@@ -7,10 +7,13 @@
 #include <filesystem>
 #include <thread>
 
+#include "server/anthropic_api.h"
 #include "server/api_error.h"
 #include "server/chat_page.h"
 #include "server/encode.h"
 #include "server/http_server.h"
+#include "server/responses_api.h"
+#include "server/tokenize_api.h"
 #include "util/error.h"
 
 namespace strata::server {
@@ -22,23 +25,26 @@ struct Server::Http {
 
 namespace {
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
+// Errors come in the shape of the API the path belongs to: Anthropic's under /v1/messages,
+// OpenAI's everywhere else.
+void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+  const bool anthropic = req.path.rfind("/v1/messages", 0) == 0;
+  res.status = anthropic ? anthropic_status(e) : e.status;
   if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
-  res.set_content(to_text(error_body(e)), "application/json");
+  res.set_content(to_text(anthropic ? anthropic_error_body(e) : error_body(e)), "application/json");
 }
 
-// Runs a route, turning what it throws into an OpenAI error response.
+// Runs a route, turning what it throws into an error response.
 template <typename Fn>
 httplib::Server::Handler guarded(Fn fn) {
   return [fn](const httplib::Request& req, httplib::Response& res) {
     try {
       fn(req, res);
     } catch (const ApiError& e) {
-      send_error(res, e);
+      send_error(req, res, e);
     } catch (const std::exception& e) {
-      send_error(res, ApiError(500, cat("Internal error: ", e.what()), "", "internal_error",
-                               "server_error"));
+      send_error(req, res, ApiError(500, cat("Internal error: ", e.what()), "", "internal_error",
+                                    "server_error"));
     }
   };
 }
@@ -46,7 +52,8 @@ httplib::Server::Handler guarded(Fn fn) {
 // The label /metrics counts a request under: its route, never the raw path (unbounded).
 std::string endpoint_label(const std::string& path) {
   for (const char* route : {"/", "/health", "/metrics", "/v1/models", "/v1/chat/completions",
-                            "/v1/completions"})
+                            "/v1/completions", "/v1/messages", "/v1/messages/count_tokens",
+                            "/v1/responses", "/tokenize", "/detokenize"})
     if (path == route) return path;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
@@ -76,7 +83,12 @@ Server::Server(decode::LoadedModel& model, ServerOptions options)
     fail("--read-timeout: ", options_.read_timeout_s, " is outside 0.001..3600 seconds");
   http_ = std::make_unique<Http>(std::chrono::milliseconds(int64_t(options_.read_timeout_s * 1000)));
   if (options_.max_body < 1024) fail("--max-body: ", options_.max_body, " is below 1024 bytes");
+  if (gen.parallel < 1) fail("--parallel: ", gen.parallel, " must be at least 1");
+  if (gen.parallel > 1 && gen.spec.mode != spec::Mode::Off)
+    fail("--spec needs --parallel 1: speculative windows are not shared between sequences yet");
   generation_ = std::make_unique<Generation>(model, metrics_, gen);
+  anthropic_ = std::make_unique<AnthropicApi>(*generation_);
+  responses_ = std::make_unique<ResponsesApi>(*generation_);
   add_routes();
 }
 
@@ -91,7 +103,7 @@ void Server::add_routes() {
   // connection until its timeout. Spare threads plus a short keep-alive keep /health, /metrics
   // and the 429 answers responsive when the queue is full and clients hold connections open
   // (the default 5 s keep-alive let a dozen idle clients stall every other request for 5 s).
-  const size_t threads = options_.generation.queue + 1 + 32;
+  const size_t threads = options_.generation.queue + options_.generation.parallel + 32;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   svr.set_keep_alive_timeout(1);
   // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port and
@@ -105,33 +117,36 @@ void Server::add_routes() {
   svr.set_write_timeout(30);
 
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || req.path.rfind("/v1/", 0) != 0)
+    const bool api = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
+    if (options_.api_key.empty() || !api) return httplib::Server::HandlerResponse::Unhandled;
+    // OpenAI's clients send a bearer token, Anthropic's an x-api-key header.
+    if (same_secret(req.get_header_value("Authorization"), "Bearer " + options_.api_key) ||
+        same_secret(req.get_header_value("x-api-key"), options_.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
-    if (same_secret(req.get_header_value("Authorization"), "Bearer " + options_.api_key))
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError(401, "Incorrect or missing API key (Authorization: Bearer KEY).",
-                             "", "invalid_api_key"));
+    send_error(req, res,
+               ApiError(401, "Incorrect or missing API key (Authorization: Bearer KEY or x-api-key: KEY).",
+                        "", "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
   svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (HttpServer::request_timed_out())
-      send_error(res, ApiError(408, cat("The request did not arrive within ",
-                                        options_.read_timeout_s, " s (--read-timeout)."),
-                               "", "request_timeout"));
+      send_error(req, res, ApiError(408, cat("The request did not arrive within ",
+                                             options_.read_timeout_s, " s (--read-timeout)."),
+                                    "", "request_timeout"));
     else if (res.status == 413)
-      send_error(res, ApiError(413, "The request body is larger than the server's limit "
+      send_error(req, res, ApiError(413, "The request body is larger than the server's limit "
                                     "(--max-body).", "", "request_too_large"));
     else if (res.status == 404)
-      send_error(res, ApiError(404, cat("Unknown request URL: ", req.method, " ", req.path, "."),
+      send_error(req, res, ApiError(404, cat("Unknown request URL: ", req.method, " ", req.path, "."),
                                "", "unknown_url"));
     else
-      send_error(res, ApiError(res.status, cat("The HTTP request could not be served (status ",
+      send_error(req, res, ApiError(res.status, cat("The HTTP request could not be served (status ",
                                                res.status, ")."), "", "http_error"));
   });
   svr.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-        send_error(res, ApiError(500, "Internal error.", "", "internal_error", "server_error"));
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
+        send_error(req, res, ApiError(500, "Internal error.", "", "internal_error", "server_error"));
       });
   // Counted before the response leaves (httplib runs this after the route and the error
   // handler, before it writes the status line): a client that has its answer and asks /metrics
@@ -144,9 +159,9 @@ void Server::add_routes() {
     const auto page = chat_page_html();
     res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
   });
-  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  svr.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
     if (stopping_)
-      send_error(res, ApiError(503, "The server is shutting down.", "", "shutting_down",
+      send_error(req, res, ApiError(503, "The server is shutting down.", "", "shutting_down",
                                "server_error"));
     else
       res.set_content(R"({"status":"ok"})", "application/json");
@@ -176,6 +191,22 @@ void Server::add_routes() {
   svr.Post("/v1/completions", guarded([this](const httplib::Request& req,
                                               httplib::Response& res) {
              generation_->completion(req, res);
+           }));
+  svr.Post("/v1/responses", guarded([this](const httplib::Request& req, httplib::Response& res) {
+             responses_->create(req, res);
+           }));
+  svr.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
+             tokenize(model_, req, res);
+           }));
+  svr.Post("/detokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
+             detokenize(model_, req, res);
+           }));
+  svr.Post("/v1/messages", guarded([this](const httplib::Request& req, httplib::Response& res) {
+             anthropic_->messages(req, res);
+           }));
+  svr.Post("/v1/messages/count_tokens",
+           guarded([this](const httplib::Request& req, httplib::Response& res) {
+             anthropic_->count_tokens(req, res);
            }));
 }
 

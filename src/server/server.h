@@ -1,7 +1,10 @@
-// strata serve: an OpenAI-compatible HTTP server over one loaded model. Routes:
+// strata serve: an HTTP server over one loaded model. Routes:
 //   POST /v1/chat/completions, POST /v1/completions   (server/generation.h)
+//   POST /v1/messages, /v1/messages/count_tokens      (server/anthropic_api.h)
+//   POST /v1/responses                                (server/responses_api.h)
+//   POST /tokenize, /detokenize                       (server/tokenize_api.h)
 //   GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus text), / (chat page)
-// Errors are OpenAI-style JSON bodies; docs/SERVER.md has the details.
+// Errors are JSON bodies in the shape of the route's API; docs/SERVER.md has the details.
 #pragma once
 
 #include <atomic>
@@ -12,7 +15,9 @@
 #include <string_view>
 
 #include "decode/loaded_model.h"
+#include "server/anthropic_api.h"
 #include "server/generation.h"
+#include "server/responses_api.h"
 
 namespace strata::server {
 
@@ -63,6 +68,8 @@ class Server {
   ServerOptions options_;
   Metrics metrics_;
   std::unique_ptr<Generation> generation_;
+  std::unique_ptr<AnthropicApi> anthropic_;
+  std::unique_ptr<ResponsesApi> responses_;
   std::unique_ptr<Http> http_;
   std::function<void()> shutdown_hook_;
   std::atomic<bool> stopping_{false};

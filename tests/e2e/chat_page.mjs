@@ -2,17 +2,19 @@
 // it loads and names the model, a sent message gets a streamed reply that grows on screen and
 // equals the API's reply for the same greedy request, a second turn is served from the prompt
 // cache, and Stop ends a long reply mid-stream, which the server counts as a cancelled
-// generation. On failure a screenshot goes to --out.
+// generation; with a template that opens <think>, the reasoning streams into a collapsed
+// "Thinking" box, apart from the answer. On failure a screenshot goes to --out.
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, test } from "node:test";
 
-import { outDir, requirePackage, startServer, synthModel, waitFor, watchdog } from "./harness.mjs";
+import { chatTemplate, outDir, requirePackage, startServer, synthModel, waitFor, watchdog } from "./harness.mjs";
 
 watchdog(150);
 const { chromium } = requirePackage("playwright-core");
 
 let server;
+let thinker;
 let browser;
 let page;
 let model;
@@ -30,6 +32,7 @@ before(async () => {
 after(async () => {
   await browser?.close();
   if (server) assert.equal(await server.stop(), 0, "strata serve did not exit 0 on SIGTERM");
+  if (thinker) assert.equal(await thinker.stop(), 0, "strata serve did not exit 0 on SIGTERM");
 });
 
 // Records every text the newest assistant bubble shows while a reply streams in.
@@ -39,19 +42,23 @@ async function watchAssistant() {
     const observer = new MutationObserver(() => {
       const bubbles = document.querySelectorAll(".msg.assistant");
       const last = bubbles[bubbles.length - 1];
-      const text = last?.firstChild?.nodeType === Node.TEXT_NODE ? last.firstChild.data : "";
+      const text = last?.querySelector(".answer")?.textContent ?? "";
       if (window.__seen.at(-1) !== text) window.__seen.push(text);
     });
     observer.observe(document.getElementById("messages"), { subtree: true, childList: true, characterData: true });
   });
 }
 
-// The reply text of the n-th assistant bubble (its meta line excluded) and its meta line.
+// The n-th assistant bubble: its answer text, meta line, and thinking box (null when none).
 async function assistant(n) {
-  return page.locator(".msg.assistant").nth(n).evaluate((el) => ({
-    text: el.firstChild?.nodeType === Node.TEXT_NODE ? el.firstChild.data : "",
-    meta: el.querySelector(".meta")?.textContent ?? "",
-  }));
+  return page.locator(".msg.assistant").nth(n).evaluate((el) => {
+    const details = el.querySelector("details.thinking");
+    return {
+      text: el.querySelector(".answer")?.textContent ?? "",
+      meta: el.querySelector(".meta")?.textContent ?? "",
+      thinking: details ? { open: details.open, text: details.querySelector(".thought").textContent } : null,
+    };
+  });
 }
 
 async function send(text) {
@@ -131,6 +138,38 @@ test("the chat page streams replies, reuses the cache and stops on request", asy
     assert.equal(await page.locator("#messages > *").count(), 0);
   } catch (e) {
     const shot = path.join(outDir, "chat_page_failure.png");
+    await page?.screenshot({ path: shot, fullPage: true }).catch(() => {});
+    console.error(`screenshot of the page: ${shot}`);
+    throw e;
+  }
+});
+
+test("the reasoning of a thinking template shows in a collapsed box, apart from the answer", async () => {
+  try {
+    thinker = await startServer(synthModel("thinker"), ["--chat-template-file", chatTemplate("thinking.jinja")]);
+    await page.goto(thinker.url + "/");
+    await waitFor("the page to show the model id", 30, async () => (await page.textContent("#model")) === thinker.modelId);
+    await settings(0, 20);
+    await send("2+2?");
+    await page.locator(".msg.assistant .meta").first().filter({ hasText: /tokens/ }).waitFor();
+    const reply = await assistant(0);
+    assert.ok(reply.thinking, "no thinking box");
+    assert.equal(reply.thinking.open, false, "the thinking box starts collapsed");
+    assert.ok(reply.thinking.text.length > 0, "the thinking box is empty");
+    assert.ok(!reply.text.includes(reply.thinking.text), "the reasoning leaked into the answer");
+    // What the box shows is the API's reasoning_content for the same greedy request.
+    const r = await fetch(`${thinker.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ model: thinker.modelId, messages: [{ role: "user", content: "2+2?" }], temperature: 0, max_tokens: 20 }),
+    });
+    const message = (await r.json()).choices[0].message;
+    assert.equal(reply.thinking.text, message.reasoning_content);
+    assert.equal(reply.text, message.content);
+    await page.click("details.thinking summary");
+    assert.equal(await page.locator("details.thinking").first().evaluate((d) => d.open), true);
+  } catch (e) {
+    const shot = path.join(outDir, "chat_page_thinking_failure.png");
     await page?.screenshot({ path: shot, fullPage: true }).catch(() => {});
     console.error(`screenshot of the page: ${shot}`);
     throw e;

@@ -61,11 +61,17 @@ export function strata(...argv) {
 }
 
 // A synthetic qwen35moe model (random weights, a 512-token vocabulary) under workDir;
-// `extra` are more `strata synth` flags (a bigger model is slower, which a test may need).
-export function synthModel(name, extra = []) {
+// `extra` are more `strata synth` flags (a bigger model is slower, which a test may need), `seed`
+// picks the weights.
+export function synthModel(name, extra = [], seed = 11) {
   const file = path.join(workDir, `${name}.gguf`);
-  strata("synth", "--arch", "qwen35moe", "--preset", "tiny", "--seed", "11", "--no-progress", "-o", file, ...extra);
+  strata("synth", "--arch", "qwen35moe", "--preset", "tiny", "--seed", String(seed), "--no-progress", "-o", file, ...extra);
   return file;
+}
+
+// A chat template from tests/fixtures/chat_templates/ (for --chat-template-file).
+export function chatTemplate(name) {
+  return path.join(path.dirname(new URL(import.meta.url).pathname), "..", "fixtures", "chat_templates", name);
 }
 
 // The model's token ids for `text` (special tokens parsed), as logit_bias keys.

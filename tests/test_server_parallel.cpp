@@ -1,0 +1,239 @@
+// --parallel: several generations share decode windows. In-process servers on loopback ports
+// with a tiny synthetic model: requests sent at once (chat and completions, streamed and not,
+// greedy and sampled, a JSON schema, different lengths), while a long stream holds a slot and
+// another client hangs up mid-stream, each come back exactly as the same request answered alone
+// by a --parallel 1 server; a conversation keeps its slot's prompt cache; the queue and 429 count
+// beyond the running generations.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "decode/loaded_model.h"
+#include "server/server.h"
+#include "test_server_util.h"
+
+namespace strata::server {
+namespace {
+
+using gguf::testing::TempDir;
+using nlohmann::json;
+using testing::RawClient;
+
+class ServerParallel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    decode::LoadOptions load;
+    load.path = testing::synth_tiny(*dir_);
+    load.threads = 1;
+    load.ctx = 2048;
+    model_ = new decode::LoadedModel(load);
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete dir_;
+  }
+
+  struct Running {
+    std::unique_ptr<Server> server;
+    std::thread thread;
+    int port = 0;
+    ~Running() {
+      if (!server) return;
+      server->stop();
+      thread.join();
+    }
+  };
+  static std::unique_ptr<Running> start(size_t parallel, size_t queue = 8) {
+    auto r = std::make_unique<Running>();
+    ServerOptions o;
+    o.port = 0;
+    o.generation.parallel = parallel;
+    o.generation.queue = queue;
+    o.generation.batch = 16;  // a long prompt takes several windows beside the others' decode rows
+    r->server = std::make_unique<Server>(*model_, o);
+    r->port = r->server->bind();
+    r->thread = std::thread([s = r->server.get()] { s->run(); });
+    return r;
+  }
+
+  static httplib::Result post(int port, const std::string& path, const std::string& body) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(120);
+    return c.Post(path.c_str(), body, "application/json");
+  }
+  static std::map<std::string, double> metrics(int port) {
+    httplib::Client c("127.0.0.1", port);
+    auto res = c.Get("/metrics");
+    std::map<std::string, double> m;
+    EXPECT_TRUE(res && testing::parse_prometheus(res->body, m));
+    return m;
+  }
+  // Polls /metrics until `name` satisfies `ok` (60 s at most: a bound, not a timing claim).
+  static bool await_metric(int port, const std::string& name, const std::function<bool(double)>& ok) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < until) {
+      const auto m = metrics(port);
+      if (auto it = m.find(name); it != m.end() && ok(it->second)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
+  // logit_bias banning the end tokens: a reply that runs to max_tokens.
+  static json no_end_tokens() {
+    const auto& vocab = model_->tokenizer().vocab();
+    json bias = json::object();
+    for (const auto& id : {vocab.eos, vocab.find("<|im_end|>"), vocab.find("<|endoftext|>")})
+      if (id) bias[std::to_string(*id)] = -100;
+    return bias;
+  }
+
+  // What a reply is, whatever the API: the text (joined from a stream), its end and its length.
+  static json reply_of(const std::string& path, const json& request, const std::string& body) {
+    if (!request.value("stream", false)) {
+      const json r = json::parse(body);
+      const json& c = r["choices"][0];
+      return {{"text", path == "/v1/completions" ? c["text"] : c["message"]["content"]},
+              {"finish", c["finish_reason"]},
+              {"tokens", r["usage"]["completion_tokens"]}};
+    }
+    std::string text, finish;
+    for (const auto& e : testing::sse_events(body)) {
+      if (e["choices"].empty()) continue;
+      const json& c = e["choices"][0];
+      if (path == "/v1/completions")
+        text += c["text"].get<std::string>();
+      else if (c["delta"].contains("content"))
+        text += c["delta"]["content"].get<std::string>();
+      if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+    }
+    return {{"text", text}, {"finish", finish}};
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline decode::LoadedModel* model_ = nullptr;
+};
+
+struct Call {
+  std::string path;
+  json request;
+};
+
+std::vector<Call> calls() {
+  const auto chat = [](const std::string& text, int max_tokens, json extra = json::object()) {
+    json r = {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", text}}}}, {"max_tokens", max_tokens}};
+    r.update(extra);
+    return Call{"/v1/chat/completions", r};
+  };
+  const json schema = {{"type", "object"},
+                       {"properties", {{"ok", {{"type", "boolean"}}}, {"why", {{"type", "string"}, {"maxLength", 8}}}}},
+                       {"required", {"ok", "why"}}};
+  return {
+      chat("Name three colours.", 24),
+      chat("Tell me a story about experts.", 40, {{"temperature", 1}, {"seed", 7}}),
+      chat("Streamed and sampled", 30, {{"temperature", 0.8}, {"seed", 3}, {"stream", true}}),
+      chat(std::string(600, 'y') + " summarise that", 12),
+      chat("Reply in JSON", 60, {{"temperature", 1}, {"seed", 5},
+                                 {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}}}}}}),
+      Call{"/v1/completions", {{"model", "tiny"}, {"prompt", "Once upon a time"}, {"max_tokens", 20}, {"seed", 2}, {"temperature", 1}}},
+      Call{"/v1/completions", {{"model", "tiny"}, {"prompt", "In a land far away"}, {"max_tokens", 9}, {"stream", true}}},
+      chat("One more, short", 3),
+  };
+}
+
+TEST_F(ServerParallel, EveryReplyEqualsTheSameRequestAnsweredAlone) {
+  const auto requests = calls();
+  std::vector<json> alone;
+  {
+    auto serial = start(1);
+    for (const Call& c : requests) {
+      auto res = post(serial->port, c.path, c.request.dump());
+      ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+      alone.push_back(reply_of(c.path, c.request, res->body));
+    }
+  }
+  auto parallel = start(4);
+  // Two long streams hold two slots throughout, so every request below shares its windows with
+  // them (and with each other); a third client hangs up on its stream first.
+  json holder = {{"model", "tiny"}, {"prompt", "hold"}, {"max_tokens", 1500}, {"stream", true}, {"logit_bias", no_end_tokens()}};
+  RawClient held(parallel->port, "POST", "/v1/completions", holder.dump());
+  RawClient also_held(parallel->port, "POST", "/v1/completions", holder.dump());
+  ASSERT_TRUE(held.read_until("data: ", 2));
+  ASSERT_TRUE(also_held.read_until("data: ", 2));
+  {
+    RawClient leaver(parallel->port, "POST", "/v1/completions", holder.dump());
+    ASSERT_TRUE(leaver.read_until("data: ", 2));
+    ASSERT_TRUE(await_metric(parallel->port, "strata_generation_running", [](double v) { return v == 3; }));
+  }
+  ASSERT_TRUE(await_metric(parallel->port, "strata_generations_total{finish_reason=\"cancelled\"}",
+                           [](double v) { return v == 1; }));
+  std::vector<json> together(requests.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < requests.size(); ++i)
+    clients.emplace_back([&, i] {
+      auto res = post(parallel->port, requests[i].path, requests[i].request.dump());
+      if (res && res->status == 200) together[i] = reply_of(requests[i].path, requests[i].request, res->body);
+    });
+  for (auto& t : clients) t.join();
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(together[i], alone[i]) << requests[i].request.dump();
+  EXPECT_EQ(metrics(parallel->port).at("strata_generation_running"), 2) << "the held streams ran throughout";
+  held.close();
+  also_held.close();
+  EXPECT_TRUE(await_metric(parallel->port, "strata_generation_running", [](double v) { return v == 0; }));
+  const auto m = metrics(parallel->port);
+  EXPECT_EQ(m.at("strata_parallel_sequences"), 4);
+  EXPECT_EQ(m.at("strata_generations_total{finish_reason=\"cancelled\"}"), 3);
+}
+
+TEST_F(ServerParallel, AConversationKeepsItsSlotsPromptCache) {
+  auto parallel = start(2);
+  const auto turn = [&](const json& messages) {
+    auto res = post(parallel->port, "/v1/chat/completions",
+                    json({{"model", "tiny"}, {"messages", messages}, {"max_tokens", 6}}).dump());
+    EXPECT_TRUE(res && res->status == 200);
+    return json::parse(res->body);
+  };
+  json a = {{{"role", "user"}, {"content", "Conversation A begins here."}}};
+  json b = {{{"role", "user"}, {"content", "Something else entirely, conversation B."}}};
+  const json a1 = turn(a);
+  const json b1 = turn(b);
+  a.push_back(a1["choices"][0]["message"]);
+  a.push_back({{"role", "user"}, {"content", "A goes on."}});
+  const json a2 = turn(a);
+  EXPECT_GE(a2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), a1["usage"]["prompt_tokens"].get<int>())
+      << "A's second turn found A's state although B ran in between";
+  b.push_back(b1["choices"][0]["message"]);
+  b.push_back({{"role", "user"}, {"content", "B goes on."}});
+  EXPECT_GE(turn(b)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), b1["usage"]["prompt_tokens"].get<int>());
+}
+
+TEST_F(ServerParallel, TheQueueCountsBeyondTheRunningGenerations) {
+  auto parallel = start(2, 1);
+  json holder = {{"model", "tiny"}, {"prompt", "hold"}, {"max_tokens", 1500}, {"stream", true}, {"logit_bias", no_end_tokens()}};
+  RawClient one(parallel->port, "POST", "/v1/completions", holder.dump());
+  RawClient two(parallel->port, "POST", "/v1/completions", holder.dump());
+  ASSERT_TRUE(one.read_until("data: ", 2));
+  ASSERT_TRUE(two.read_until("data: ", 2));
+  RawClient waiting(parallel->port, "POST", "/v1/completions",
+                    R"({"model":"tiny","prompt":"wait","max_tokens":2})");
+  ASSERT_TRUE(await_metric(parallel->port, "strata_queue_depth", [](double v) { return v == 1; }));
+  auto refused = post(parallel->port, "/v1/completions", R"({"model":"tiny","prompt":"no room","max_tokens":2})");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 429);
+  one.close();
+  const std::string& answer = waiting.read_all();
+  EXPECT_NE(answer.find("\"text_completion\""), std::string::npos) << answer;
+}
+
+}  // namespace
+}  // namespace strata::server
