@@ -177,7 +177,6 @@ TEST(TokenizerQwen3, LongInputsAndSpeed) {
   std::printf("encoded %zu bytes into %zu tokens in %.3f s: %.0f tokens/s, %.2f MB/s\n", text.size(),
               ids.size(), seconds, double(ids.size()) / seconds, double(text.size()) / seconds / 1e6);
   EXPECT_EQ(tok.decode(ids), expected_decode(tok, text));
-  EXPECT_LT(seconds, 10.0) << "1 MB should take well under a second";
 }
 
 TEST(TokenizerQwen3, FromGgufMetadata) {

@@ -3,7 +3,6 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -180,13 +179,11 @@ TEST(GeneratedVocab, RunsInTheTokenizer) {
   EXPECT_LT(ids.size(), text.size() / 2);
 }
 
-TEST(GeneratedVocab, FlagshipSizeIsFast) {
-  const auto start = std::chrono::steady_clock::now();
+// Speed is not asserted here (no timing in tests): a quadratic generator would hit ctest's timeout.
+TEST(GeneratedVocab, FlagshipSize) {
   const Vocab v = generate_byte_level_bpe(248320, 1);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(v.size(), 248320u);
   EXPECT_NO_THROW(check_vocab(v, "flagship"));
-  EXPECT_LT(seconds, 10.0);  // well under a second on an idle core; ctest runs tests in parallel
 }
 
 TEST(GeneratedVocab, TooSmall) {
