@@ -7,6 +7,7 @@
 #ifdef STRATA_HAVE_CUDA
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,35 @@ TEST_P(CudaModel, MatchesCpuAndWindowsAreBitwise) {
   }
   EXPECT_TRUE(strata::testing::bitwise_equal(got, run_windows(*mg, tokens, {5, 1, 12, 3})))
       << "another split on the GPU";
+}
+
+// STRATA_CUDA_PROFILE=1: windows run op by op behind a gate the host raises at the window's end;
+// the logits are the unprofiled backend's bits, and every op run has a device time.
+TEST(CudaOpProfile, TimesEveryOpAndKeepsTheBits) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << cuda::unavailable_reason();
+  TempDir dir;
+  const std::string path = synth_tiny(dir, "qwen3next", "iq2_xs");
+  backend::CudaBackend plain(0);
+  auto mp = Model::load(path, plain);
+  const auto tokens = some_tokens(9, mp->config().n_vocab, 3);
+  const auto want = run_windows(*mp, tokens, {4, 1, 1, 1, 1, 1});
+  ASSERT_EQ(setenv("STRATA_CUDA_PROFILE", "1", 1), 0);
+  backend::CudaBackend profiled(0);
+  ASSERT_EQ(unsetenv("STRATA_CUDA_PROFILE"), 0);
+  auto mq = Model::load(path, profiled);
+  EXPECT_TRUE(strata::testing::bitwise_equal(want, run_windows(*mq, tokens, {4, 1, 1, 1, 1, 1})));
+  const backend::BackendCounters c = profiled.counters();
+  EXPECT_EQ(c.graph_captures, 0u) << "profiled windows run op by op";
+  EXPECT_EQ(c.profiled_windows_discarded, 0u);
+  uint64_t calls = 0;
+  for (const auto& [name, t] : c.op_times) {
+    EXPECT_GT(t.us, 0.0) << name;
+    if (name != "alloc (zeroing)") calls += t.calls;
+  }
+  EXPECT_GT(calls, 0u);
+  EXPECT_LE(calls, c.ops) << "ops outside windows (state set-up) are counted, not timed";
+  EXPECT_TRUE(c.op_times.count("matmul") && c.op_times.count("moe_experts"));
+  EXPECT_TRUE(plain.counters().op_times.empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, CudaModel,

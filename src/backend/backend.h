@@ -10,7 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "quant/types.h"
@@ -70,11 +72,20 @@ struct Routing {
 };
 
 // What a backend did, cumulative (strata bench reports them per token).
+// Device time of one op (name) over a run, from a backend that profiles its ops.
+struct OpTime {
+  uint64_t calls = 0;
+  double us = 0;
+};
+
 struct BackendCounters {
   uint64_t ops = 0;             // ops run one by one (each one or a few kernel launches)
   uint64_t graph_captures = 0;  // windows recorded as a graph
   uint64_t graph_replays = 0;   // windows run by replaying a recorded graph
   uint64_t graph_kernels = 0;   // kernels run inside replayed graphs
+  // Per op, when the backend profiles (CUDA: STRATA_CUDA_PROFILE=1, windows run op by op).
+  std::map<std::string, OpTime> op_times;
+  uint64_t profiled_windows_discarded = 0;  // windows that read back mid-way (timings unusable)
 };
 
 class Backend {

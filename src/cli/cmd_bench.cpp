@@ -3,6 +3,7 @@
 // (docs/EXPERT_CACHE.md, "strata bench"). The tokens are fixed pseudo-random ids from --seed, so
 // a run needs no tokenizer text and two runs feed the same tokens; with --route-trace the experts
 // come from the trace, which gives the cache realistic locality on a synthetic model.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -60,10 +61,35 @@ uint64_t proc_status_bytes(const std::string& field) {
 nlohmann::ordered_json backend_json(int64_t tokens, const backend::BackendCounters& before,
                                     const backend::BackendCounters& after) {
   const double per_token = tokens > 0 ? 1.0 / double(tokens) : 0.0;
-  return {{"ops_per_token", double(after.ops - before.ops) * per_token},
-          {"graph_replays_per_token", double(after.graph_replays - before.graph_replays) * per_token},
-          {"graph_kernels_per_token", double(after.graph_kernels - before.graph_kernels) * per_token},
-          {"graph_captures", after.graph_captures - before.graph_captures}};
+  nlohmann::ordered_json j = {
+      {"ops_per_token", double(after.ops - before.ops) * per_token},
+      {"graph_replays_per_token", double(after.graph_replays - before.graph_replays) * per_token},
+      {"graph_kernels_per_token", double(after.graph_kernels - before.graph_kernels) * per_token},
+      {"graph_captures", after.graph_captures - before.graph_captures}};
+  if (after.op_times.empty()) return j;
+  // The op profile (STRATA_CUDA_PROFILE=1): device time per op family, slowest first.
+  std::vector<std::pair<std::string, backend::OpTime>> ops;
+  double total_us = 0;
+  for (const auto& [name, t] : after.op_times) {
+    backend::OpTime d = t;
+    if (const auto it = before.op_times.find(name); it != before.op_times.end()) {
+      d.calls -= it->second.calls;
+      d.us -= it->second.us;
+    }
+    if (d.calls == 0) continue;
+    total_us += d.us;
+    ops.emplace_back(name, d);
+  }
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+  nlohmann::ordered_json per_op = nlohmann::ordered_json::object();
+  for (const auto& [name, t] : ops)
+    per_op[name] = {{"calls_per_token", double(t.calls) * per_token},
+                    {"us_per_token", t.us * per_token},
+                    {"us_per_call", t.us / double(t.calls)}};
+  j["profiled_us_per_token"] = total_us * per_token;
+  j["profiled_windows_discarded"] = after.profiled_windows_discarded - before.profiled_windows_discarded;
+  j["op_profile"] = std::move(per_op);
+  return j;
 }
 
 // One phase's speed and what the cache did during it.

@@ -199,7 +199,7 @@ void CudaBackend::download(const Tensor& src, float* host) {
 
 void CudaBackend::fill(Tensor t, float value) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   check_tensor("fill", "t", t);
   cuda::detail::launch_fill(impl_->ctx, t, value);
 }
@@ -207,7 +207,7 @@ void CudaBackend::fill(Tensor t, float value) {
 void CudaBackend::copy(const Tensor& src, Tensor dst) {
   constexpr const char* op = "copy";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   check_tensor(op, "src", src);
   check_tensor(op, "dst", dst);
   check_same_shape(op, "src", src, "dst", dst);

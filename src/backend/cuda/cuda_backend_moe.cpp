@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "backend/cpu/ops_matmul.h"
 #include "backend/cuda/check.h"
@@ -46,7 +47,7 @@ bool rows_aligned(const Tensor& x) {
 void CudaBackend::get_rows(const Weight& table, const Ids& ids, Tensor y) {
   constexpr const char* op = "get_rows";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   require(table.data != nullptr, op, "table has no data");
   check_tensor(op, "y", y);
   require(y.rows == ids.size() && y.cols == table.cols, op, "y ", shape(y), " should be [",
@@ -59,7 +60,7 @@ void CudaBackend::get_rows(const Weight& table, const Ids& ids, Tensor y) {
 
 void CudaBackend::matmul(const Weight& w, const Tensor& x, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "matmul";
   cpu::check_weight(op, "weight", w);
   check_tensor(op, "x", x);
@@ -97,7 +98,7 @@ void CudaBackend::route_softmax_topk(const Tensor& logits, bool renormalize, Ids
                                      Tensor weights) {
   constexpr const char* op = "route_softmax_topk";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   check_tensor(op, "logits", logits);
   const int64_t top_k = experts.cols;
   require(top_k >= 1 && top_k <= logits.cols, op, "top_k ", top_k, " is outside 1..", logits.cols,
@@ -183,57 +184,66 @@ void check_experts(const char* op, const CudaBackend::Impl& impl, const Tensor& 
   table.checked_cols = x.cols;
 }
 
+// One scratch allocation for the MoE kernels: the grouping (`slots` experts, none when 0), x in
+// each layout the table needs, gate/up/hidden rows of n_listed pairs.
+struct MoeScratch {
+  MoeScratch(const CudaBackend::Impl& impl, const Tensor& x, const ExpertTable& table,
+             int64_t n_experts, int64_t n_listed, int64_t slots) {
+    const int64_t ff_stride = (std::max(table.max_ff, table.max_cols) + 3) / 4 * 4;
+    const size_t ints = slots > 0 ? size_t(1 + 3 * slots + n_listed + n_experts) : 0;
+    size_t bytes = (ints * 4 + 15) / 16 * 16;
+    size_t x_off[3] = {};
+    const bool x_direct = rows_aligned(x);
+    for (int a = 0; a < 3; ++a)
+      if (table.act_used[a] && !(a == 0 && x_direct)) {
+        x_off[a] = bytes;
+        bytes += size_t(x.rows * x.cols) * 4;
+      }
+    const size_t ff_off = bytes;
+    bytes += 3 * size_t(n_listed * ff_stride) * 4;
+    scratch.emplace(impl.ctx.stream, bytes);
+    auto* base = scratch->as<uint8_t>();
+    if (slots > 0) {
+      auto* i32 = reinterpret_cast<int32_t*>(base);
+      buf.n_active = i32;
+      buf.active = i32 + 1;
+      buf.first = buf.active + slots;
+      buf.count = buf.first + slots;
+      buf.items = buf.count + slots;
+      buf.slot_of = buf.items + n_listed;
+    }
+    for (int a = 0; a < 3; ++a) {
+      if (!table.act_used[a]) continue;
+      const bool direct = a == 0 && x_direct;
+      buf.x_act[a] = direct ? x.data : reinterpret_cast<float*>(base + x_off[a]);
+      buf.x_act_stride[a] = direct ? x.stride : x.cols;
+    }
+    buf.gate = reinterpret_cast<float*>(base + ff_off);
+    buf.up = buf.gate + n_listed * ff_stride;
+    buf.hidden = buf.up + n_listed * ff_stride;
+    buf.ff_stride = ff_stride;
+  }
+  std::optional<Scratch> scratch;
+  detail::MoeBuffers buf{};
+};
+
 // out rows of the listed pairs (all pairs when `listed` is empty and `all` is set).
 void expert_outputs(CudaBackend::Impl& impl, const Tensor& x, const Ids& routed,
                     std::span<const int64_t> pairs, bool all, const ExpertTable& table,
                     int64_t n_experts, Tensor out) {
   const int64_t n_listed = all ? routed.size() : int64_t(pairs.size());
   if (n_listed == 0) return;
-  const cudaStream_t stream = impl.ctx.stream;
-  const int32_t* ids = routed.data;
   const int32_t* listed = nullptr;
   if (!all) {
     std::vector<int32_t> p32(pairs.begin(), pairs.end());
     listed = impl.staging.put(std::span<const int32_t>(p32));
   }
-  const int64_t E = n_experts, slots = std::min(E, n_listed);
-  const int64_t ff_stride = (std::max(table.max_ff, table.max_cols) + 3) / 4 * 4;
-  // One scratch allocation: the grouping, x in each layout the table needs, gate/up/hidden.
-  const size_t ints = size_t(1 + 3 * slots + n_listed + E);
-  size_t bytes = (ints * 4 + 15) / 16 * 16;
-  size_t x_off[3] = {};
-  const bool x_direct = rows_aligned(x);
-  for (int a = 0; a < 3; ++a)
-    if (table.act_used[a] && !(a == 0 && x_direct)) {
-      x_off[a] = bytes;
-      bytes += size_t(x.rows * x.cols) * 4;
-    }
-  const size_t ff_off = bytes;
-  bytes += 3 * size_t(n_listed * ff_stride) * 4;
-  const Scratch scratch(stream, bytes);
-  auto* base = scratch.as<uint8_t>();
-  auto* i32 = reinterpret_cast<int32_t*>(base);
-  detail::MoeBuffers buf{};
-  buf.n_active = i32;
-  buf.active = i32 + 1;
-  buf.first = buf.active + slots;
-  buf.count = buf.first + slots;
-  buf.items = buf.count + slots;
-  buf.slot_of = buf.items + n_listed;
-  for (int a = 0; a < 3; ++a) {
-    if (!table.act_used[a]) continue;
-    const bool direct = a == 0 && x_direct;
-    buf.x_act[a] = direct ? x.data : reinterpret_cast<float*>(base + x_off[a]);
-    buf.x_act_stride[a] = direct ? x.stride : x.cols;
-  }
-  buf.gate = reinterpret_cast<float*>(base + ff_off);
-  buf.up = buf.gate + n_listed * ff_stride;
-  buf.hidden = buf.up + n_listed * ff_stride;
-  buf.ff_stride = ff_stride;
+  const MoeScratch s(impl, x, table, n_experts, n_listed, std::min(n_experts, n_listed));
   detail::launch_moe_expert_outputs(
-      impl.ctx, static_cast<const detail::ExpertEntry*>(table.device), E, ids, routed.cols,
-      listed, n_listed, x, table.gate_up_types.data(), int(table.gate_up_types.size()),
-      table.down_types.data(), int(table.down_types.size()), table.max_ff, buf, out);
+      impl.ctx, static_cast<const detail::ExpertEntry*>(table.device), n_experts, routed.data,
+      routed.cols, listed, n_listed, x, table.gate_up_types.data(),
+      int(table.gate_up_types.size()), table.down_types.data(), int(table.down_types.size()),
+      table.max_ff, s.buf, out);
 }
 
 }  // namespace
@@ -243,7 +253,7 @@ void CudaBackend::moe_expert_outputs(const Tensor& x, const Ids& experts,
                                      std::span<const ExpertWeights> table, Tensor out) {
   constexpr const char* op = "moe_expert_outputs";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   check_tensor(op, "x", x);
   check_tensor(op, "out", out);
   check_routing(op, x.rows, &experts, nullptr);
@@ -263,7 +273,7 @@ void CudaBackend::moe_expert_outputs(const Tensor& x, const Ids& experts,
 void CudaBackend::moe_combine(const Tensor& weights, const Tensor& out, Tensor y) {
   constexpr const char* op = "moe_combine";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   check_tensor(op, "out", out);
   check_tensor(op, "y", y);
   check_routing(op, y.rows, nullptr, &weights);
@@ -278,7 +288,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Ids& experts, const Tensor&
                               std::span<const ExpertWeights> table, Tensor y) {
   constexpr const char* op = "moe_experts";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   check_tensor(op, "x", x);
   check_tensor(op, "y", y);
   check_same_shape(op, "x", x, "y", y);
@@ -288,6 +298,16 @@ void CudaBackend::moe_experts(const Tensor& x, const Ids& experts, const Tensor&
   ExpertTable& device_table = impl_->expert_table(table);
   check_experts(op, *impl_, x, table, device_table);
   const int64_t n_pairs = x.rows * experts.cols;
+  // Decode windows: each pair on its own and the combine fused into down (the same bits).
+  if (x.rows <= detail::kMoeByPairMaxRows && device_table.down_types.size() == 1) {
+    const MoeScratch s(*impl_, x, device_table, int64_t(table.size()), n_pairs, 0);
+    detail::launch_moe_experts_by_pair(
+        impl_->ctx, static_cast<const detail::ExpertEntry*>(device_table.device),
+        int64_t(table.size()), experts.data, weights.data, experts.cols, x, device_table.gate_up_types.data(),
+        int(device_table.gate_up_types.size()), device_table.down_types[0], device_table.max_ff,
+        s.buf, y);
+    return;
+  }
   const Scratch out(impl_->ctx.stream, size_t(n_pairs * x.cols) * sizeof(float));
   const Tensor out_t{out.as<float>(), n_pairs, x.cols, x.cols};
   expert_outputs(*impl_, x, experts, {}, true, device_table, int64_t(table.size()), out_t);

@@ -29,7 +29,7 @@ void check_f32_weight(const char* op, const Weight& w) {
 
 void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "rms_norm";
   check_tensor(op, "x", x);
   check_tensor(op, "y", y);
@@ -49,7 +49,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, floa
 
 void CudaBackend::l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "l2_norm";
   check_tensor(op, "x", x);
   check_tensor(op, "y", y);
@@ -62,7 +62,7 @@ void CudaBackend::l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) {
 void CudaBackend::signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t group, float scale,
                                   Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "signed_sqrt_dot";
   check_tensor(op, "a", a);
   check_tensor(op, "b", b);
@@ -77,7 +77,7 @@ void CudaBackend::signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t grou
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "add";
   check_tensor(op, "a", a);
   check_tensor(op, "b", b);
@@ -89,7 +89,7 @@ void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor y) {
 
 void CudaBackend::scale(const Tensor& x, float s, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "scale";
   check_tensor(op, "x", x);
   check_tensor(op, "y", y);
@@ -99,7 +99,7 @@ void CudaBackend::scale(const Tensor& x, float s, Tensor y) {
 
 void CudaBackend::mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "mul_sigmoid";
   check_tensor(op, "x", x);
   check_tensor(op, "gate", gate);
@@ -112,7 +112,7 @@ void CudaBackend::mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) {
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "swiglu";
   check_tensor(op, "gate", gate);
   check_tensor(op, "up", up);
@@ -125,7 +125,7 @@ void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor y) {
 void CudaBackend::split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> widths,
                                std::span<Tensor> outs) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "split_groups";
   check_tensor(op, "x", x);
   require(widths.size() == outs.size() && !widths.empty(), op, widths.size(), " widths for ",
@@ -156,7 +156,7 @@ void CudaBackend::rope_neox(Tensor x, const Ids& positions, int64_t head_dim, in
                             float theta) {
   constexpr const char* op = "rope_neox";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   check_tensor(op, "x", x);
   check_row_ids(op, "positions", positions, x.rows);
   require(head_dim > 0 && x.cols % head_dim == 0, op, "head_dim ", head_dim,
@@ -187,7 +187,7 @@ void CudaBackend::kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, cons
                            const Ids& positions) {
   constexpr const char* op = "kv_write";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   check_tensor(op, "k_cache", k_cache);
   check_tensor(op, "v_cache", v_cache);
   check_tensor(op, "k", k);
@@ -232,7 +232,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
                             int64_t head_dim, float scale, Tensor y) {
   constexpr const char* op = "attention";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   check_row_ids(op, "positions", positions, q.rows);
   check_attention(op, q, k_cache, v_cache, n_head, n_head_kv, head_dim, y);
   detail::AttendRows rows;
@@ -246,7 +246,7 @@ void CudaBackend::attention_selected(const Tensor& q, const Tensor& k_cache, con
                                      int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) {
   constexpr const char* op = "attention_selected";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   check_row_ids(op, "counts", counts, q.rows);
   require(selected.rows == q.rows && (selected.data || q.rows == 0), op, "selected [",
           selected.rows, " x ", selected.cols, "] should have one row per each of ", q.rows,
@@ -265,7 +265,7 @@ void CudaBackend::block_scores(const Tensor& q, const Tensor& keys, const Ids& p
                                Tensor y) {
   constexpr const char* op = "block_scores";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   check_tensor(op, "q", q);
   check_tensor(op, "keys", keys);
   check_tensor(op, "y", y);
@@ -285,7 +285,7 @@ void CudaBackend::block_scores(const Tensor& q, const Tensor& keys, const Ids& p
 
 void CudaBackend::block_mean(const Tensor& x, int64_t block, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "block_mean";
   check_tensor(op, "x", x);
   check_tensor(op, "y", y);
@@ -298,7 +298,7 @@ void CudaBackend::block_mean(const Tensor& x, int64_t block, Tensor y) {
 void CudaBackend::qsa_select(const Tensor& scores, const Ids& positions, int64_t block,
                              int64_t top_blocks, Ids selected, Ids counts) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "qsa_select";
   check_tensor(op, "scores", scores);
   const int64_t T = scores.rows;
@@ -321,7 +321,7 @@ void CudaBackend::conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Te
 void CudaBackend::conv1d_dilated_silu(const Tensor& x, Tensor state, const Weight& w,
                                       int64_t dilation, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "conv1d_silu";
   require(dilation >= 1, op, "dilation ", dilation, " must be >= 1");
   check_tensor(op, "x", x);
@@ -347,7 +347,7 @@ void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& g, const Tensor& beta, Tensor state,
                                    int64_t n_heads, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "gated_delta_rule";
   check_tensor(op, "q", q);
   check_tensor(op, "k", k);
@@ -376,7 +376,7 @@ void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tenso
 
 void CudaBackend::ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a, Tensor g) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op();
+  impl_->graphs.count_op(__func__);
   constexpr const char* op = "ssm_decay";
   check_tensor(op, "a", a);
   check_tensor(op, "g", g);

@@ -171,6 +171,15 @@ void launch_moe_expert_outputs(const DeviceContext& ctx, const ExpertEntry* tabl
                                const quant::Type* gate_up_types, int n_gate_up_types,
                                const quant::Type* down_types, int n_down_types, int64_t max_ff,
                                const MoeBuffers& buf, Tensor out);
+// moe_expert_outputs of every pair followed by moe_combine into y, for a window of few rows
+// (x.rows <= kMoeByPairMaxRows, at most 65535 pairs) whose downs all have down_type: each pair on
+// its own, no grouping by expert, the combine fused into down (bitwise the same y).
+constexpr int64_t kMoeByPairMaxRows = 8;
+void launch_moe_experts_by_pair(const DeviceContext& ctx, const ExpertEntry* table,
+                                int64_t n_experts, const int32_t* expert_ids, const float* weights, int64_t top_k,
+                                const Tensor& x, const quant::Type* gate_up_types,
+                                int n_gate_up_types, quant::Type down_type, int64_t max_ff,
+                                const MoeBuffers& buf, Tensor y);
 // y[r] += sum over j in rank order of weights[r * top_k + j] * out[r * top_k + j].
 void launch_moe_combine(const DeviceContext& ctx, const float* weights, int64_t top_k,
                         const Tensor& out, Tensor y);

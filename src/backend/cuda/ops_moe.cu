@@ -11,6 +11,8 @@
 // window equals T one-row windows bit for bit. The hidden layer is swiglu(gate, up), zero past
 // n_ff (a down row zero-padded to whole blocks meets h = 0 there), quantized for down's layout
 // like any activation; moe_combine adds the pair outputs in rank order with fma, as the CPU does.
+#include <cub/block/block_scan.cuh>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/decode.cuh"
 #include "backend/cuda/ops.h"
@@ -29,32 +31,41 @@ __device__ __forceinline__ int32_t pair_of(const int32_t* listed, int64_t i) {
   return listed ? listed[i] : int32_t(i);
 }
 
-// One thread block: counts per expert, slots in ascending expert order, then each expert's items.
+// One thread block: counts per expert, slots in ascending expert order (a block-wide prefix sum
+// of "has pairs" and of the counts, chunk by chunk of kGroupThreads experts), then each expert's
+// items in ascending order.
 __global__ void __launch_bounds__(kGroupThreads)
     moe_group_kernel(const int32_t* __restrict__ ids, const int32_t* __restrict__ listed,
                      int64_t n_listed, int64_t n_experts, MoeBuffers buf) {
-  for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) {
-    int32_t c = 0;
-    for (int64_t i = 0; i < n_listed; ++i) c += ids[pair_of(listed, i)] == e;
-    buf.slot_of[e] = c;
-  }
+  using Scan = cub::BlockScan<int2, kGroupThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int2 carry;
+  if (threadIdx.x == 0) carry = make_int2(0, 0);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t slot = 0, offset = 0;
-    for (int64_t e = 0; e < n_experts; ++e) {
-      const int32_t c = buf.slot_of[e];
-      if (c == 0) {
-        buf.slot_of[e] = -1;
-        continue;
+  for (int64_t base = 0; base < n_experts; base += kGroupThreads) {
+    const int64_t e = base + threadIdx.x;
+    int32_t c = 0;
+    if (e < n_experts)
+      for (int64_t i = 0; i < n_listed; ++i) c += ids[pair_of(listed, i)] == e;
+    // x: slots before this expert, y: items before it.
+    int2 before, total;
+    Scan(scan).ExclusiveScan(make_int2(c > 0, c), before, make_int2(0, 0),
+                             [](int2 a, int2 b) { return make_int2(a.x + b.x, a.y + b.y); }, total);
+    const int2 at = carry;
+    if (e < n_experts) {
+      const int32_t slot = at.x + before.x;
+      buf.slot_of[e] = c > 0 ? slot : -1;
+      if (c > 0) {
+        buf.active[slot] = int32_t(e);
+        buf.first[slot] = at.y + before.y;
+        buf.count[slot] = c;
       }
-      buf.active[slot] = int32_t(e);
-      buf.first[slot] = offset;
-      buf.count[slot] = c;
-      buf.slot_of[e] = slot++;
-      offset += c;
     }
-    *buf.n_active = slot;
+    __syncthreads();  // every thread has read carry and the scan storage is free again
+    if (threadIdx.x == 0) carry = make_int2(at.x + total.x, at.y + total.y);
+    __syncthreads();
   }
+  if (threadIdx.x == 0) *buf.n_active = carry.x;
   __syncthreads();
   for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) {
     const int32_t slot = buf.slot_of[e];
@@ -120,6 +131,58 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Few rows (decode): no grouping. Matrix blockIdx.z of the expert of pair blockIdx.y, one warp
+// per output row, each pair on its own (a pair's dots are warp_row_dots of one activation, so
+// bitwise what the grouped kernels give).
+template <typename D>
+__global__ void __launch_bounds__(kThreads)
+    moe_pair_gate_up_kernel(const ExpertEntry* __restrict__ table, int32_t type,
+                            int64_t n_experts, const int32_t* __restrict__ ids, int64_t n_pairs,
+                            int64_t top_k, MoeBuffers buf, DecodeTables tables) {
+  const int m = blockIdx.z;
+  for (int64_t p = blockIdx.y; p < n_pairs; p += gridDim.y) {
+    if (ids[p] < 0 || ids[p] >= n_experts) continue;
+    const ExpertEntry& en = table[ids[p]];
+    if (en.type[m] != type || !en.w[m]) continue;
+    const auto* w = static_cast<const uint8_t*>(en.w[m]);
+    const float* act = buf.x_act[en.act[m]] + (p / top_k) * buf.x_act_stride[en.act[m]];
+    float* out = (m == 0 ? buf.gate : buf.up) + p * buf.ff_stride;
+    for (int64_t o = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; o < en.rows[m];
+         o += int64_t(gridDim.x) * kWarps)
+      warp_row_dots<D>(w + size_t(o) * en.row_stride[m], en.cols[m] / 8, 1, tables,
+                       [&](int) { return act; }, [&](int, float v) { out[o] = v; });
+  }
+}
+
+// down for every pair of token row blockIdx.y and the rank-order combine in one: the warp of
+// output column o takes the pairs in rank order, y[r][o] = fma(weight, down . hidden, y[r][o]) as
+// moe_combine does, so nothing goes through an `out` buffer. Every down has type D.
+template <typename D>
+__global__ void __launch_bounds__(kThreads)
+    moe_pair_down_combine_kernel(const ExpertEntry* __restrict__ table, int64_t n_experts,
+                                 const int32_t* __restrict__ ids, const float* __restrict__ weights,
+                                 int64_t top_k, MoeBuffers buf, float* __restrict__ y,
+                                 int64_t y_stride, int64_t cols, DecodeTables tables) {
+  const int64_t r = blockIdx.y;
+  for (int64_t o = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; o < cols;
+       o += int64_t(gridDim.x) * kWarps) {
+    float acc = y[r * y_stride + o];
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int64_t p = r * top_k + j;
+      // An id outside the table (routing is device data) adds nothing.
+      if (ids[p] < 0 || ids[p] >= n_experts || !table[ids[p]].w[2]) continue;
+      const ExpertEntry& en = table[ids[p]];
+      float v = 0.0f;
+      warp_row_dots<D>(static_cast<const uint8_t*>(en.w[2]) + size_t(o) * en.row_stride[2],
+                       en.cols[2] / 8, 1, tables,
+                       [&](int) { return buf.hidden + p * buf.ff_stride; },
+                       [&](int, float d) { v = d; });
+      acc = __fmaf_rn(weights[p], __shfl_sync(kFullMask, v, 0), acc);
+    }
+    if ((threadIdx.x & 31) == 0) y[r * y_stride + o] = acc;
+  }
+}
+
 // Hidden row of one listed pair, kPerLane elements per lane per activation block.
 template <int kPerLane>
 __device__ void hidden_row(const float* gate, const float* up, float* h, int64_t n_ff,
@@ -143,10 +206,13 @@ __device__ void hidden_row(const float* gate, const float* up, float* h, int64_t
 }
 
 __global__ void __launch_bounds__(kThreads)
-    moe_hidden_kernel(const ExpertEntry* __restrict__ table, const int32_t* __restrict__ ids,
-                      const int32_t* __restrict__ listed, int64_t n_listed, MoeBuffers buf) {
+    moe_hidden_kernel(const ExpertEntry* __restrict__ table, int64_t n_experts,
+                      const int32_t* __restrict__ ids, const int32_t* __restrict__ listed,
+                      int64_t n_listed, MoeBuffers buf) {
   for (int64_t i = blockIdx.x; i < n_listed; i += gridDim.x) {
-    const ExpertEntry& en = table[ids[pair_of(listed, i)]];
+    const int32_t e = ids[pair_of(listed, i)];
+    if (e < 0 || e >= n_experts) continue;
+    const ExpertEntry& en = table[e];
     const float* g = buf.gate + i * buf.ff_stride;
     const float* u = buf.up + i * buf.ff_stride;
     float* h = buf.hidden + i * buf.ff_stride;
@@ -258,7 +324,7 @@ void launch_moe_expert_outputs(const DeviceContext& ctx, const ExpertEntry* tabl
     });
   }
   moe_hidden_kernel<<<unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)), kThreads, 0,
-                      ctx.stream>>>(table, expert_ids, listed, n_listed, buf);
+                      ctx.stream>>>(table, n_experts, expert_ids, listed, n_listed, buf);
   STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
   for (int i = 0; i < n_down_types; ++i) {
     visit_decoder(down_types[i], [&](auto decoder) {
@@ -278,6 +344,41 @@ void launch_moe_combine(const DeviceContext& ctx, const float* weights, int64_t 
                        ctx.stream>>>(weights, top_k, out.data, out.stride, y.rows, y.cols, y.data,
                                      y.stride);
   STRATA_CUDA_CHECK_LAUNCH("moe_combine_kernel");
+}
+
+void launch_moe_experts_by_pair(const DeviceContext& ctx, const ExpertEntry* table,
+                                int64_t n_experts, const int32_t* expert_ids, const float* weights, int64_t top_k,
+                                const Tensor& x, const quant::Type* gate_up_types,
+                                int n_gate_up_types, quant::Type down_type, int64_t max_ff,
+                                const MoeBuffers& buf, Tensor y) {
+  const int64_t n_pairs = x.rows * top_k;
+  if (n_pairs == 0) return;
+  for (int a = 0; a < 3; ++a)
+    if (buf.x_act[a] && buf.x_act[a] != x.data)
+      launch_quantize_act(ctx, a == int(ActQuant::Q8_K)   ? quant::ActFormat::Q8_K
+                               : a == int(ActQuant::Q8_0) ? quant::ActFormat::Q8_0
+                                                          : quant::ActFormat::F32,
+                          x, buf.x_act[a]);
+  const unsigned grid_y = unsigned(n_pairs < 65535 ? n_pairs : 65535);
+  for (int i = 0; i < n_gate_up_types; ++i) {
+    visit_decoder(gate_up_types[i], [&](auto decoder) {
+      using D = decltype(decoder);
+      const dim3 grid(unsigned(grid_for(max_ff, kWarps, ctx.limits.max_blocks)), grid_y, 2);
+      moe_pair_gate_up_kernel<D><<<grid, kThreads, 0, ctx.stream>>>(
+          table, int32_t(gate_up_types[i]), n_experts, expert_ids, n_pairs, top_k, buf, ctx.tables);
+      STRATA_CUDA_CHECK_LAUNCH("moe_pair_gate_up_kernel");
+    });
+  }
+  moe_hidden_kernel<<<unsigned(grid_for(n_pairs, 1, ctx.limits.max_blocks)), kThreads, 0,
+                      ctx.stream>>>(table, n_experts, expert_ids, nullptr, n_pairs, buf);
+  STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
+  visit_decoder(down_type, [&](auto decoder) {
+    using D = decltype(decoder);
+    const dim3 grid(unsigned(grid_for(y.cols, kWarps, ctx.limits.max_blocks)), unsigned(x.rows), 1);
+    moe_pair_down_combine_kernel<D><<<grid, kThreads, 0, ctx.stream>>>(
+        table, n_experts, expert_ids, weights, top_k, buf, y.data, y.stride, y.cols, ctx.tables);
+    STRATA_CUDA_CHECK_LAUNCH("moe_pair_down_combine_kernel");
+  });
 }
 
 void launch_route_softmax_topk(const DeviceContext& ctx, const Tensor& logits, int64_t top_k,

@@ -33,7 +33,7 @@ uint64_t kernel_nodes(cudaGraph_t graph) {
 
 }  // namespace
 
-WindowGraphs::WindowGraphs(const cuda::detail::DeviceContext& ctx) : ctx_(ctx) {}
+WindowGraphs::WindowGraphs(const cuda::detail::DeviceContext& ctx) : ctx_(ctx), profile_(ctx.stream) {}
 
 WindowGraphs::~WindowGraphs() {
   cudaStreamSynchronize(ctx_.stream);
@@ -77,6 +77,11 @@ void WindowGraphs::begin(uint64_t key) {
   next_input_ = 0;
   graph_ = nullptr;
   mode_ = Mode::Eager;
+  if (profile_.enabled()) {
+    key_ = 0;
+    profile_.begin();
+    return;
+  }
   if (key == 0) return;
   if (auto it = graphs_.find(key); it != graphs_.end()) {
     graph_ = &it->second;
@@ -113,6 +118,7 @@ void WindowGraphs::end(bool completed) {
     ++counters_.graph_captures;
     graph_ = &graphs_.emplace(key_, std::move(g)).first->second;
   } else if (mode != Mode::Replay) {
+    profile_.end(counters_.op_times, counters_.profiled_windows_discarded);
     return;
   }
   if (!completed) return;
@@ -139,7 +145,10 @@ void* WindowGraphs::alloc(size_t bytes) {
     return nullptr;
   }
   blocks_.push_back({offset, need, false});
-  if (mode_ != Mode::Replay) STRATA_CUDA_CHECK(cudaMemsetAsync(arena_ + offset, 0, need, ctx_.stream));
+  if (mode_ != Mode::Replay) {
+    profile_.op("alloc (zeroing)");
+    STRATA_CUDA_CHECK(cudaMemsetAsync(arena_ + offset, 0, need, ctx_.stream));
+  }
   return arena_ + offset;
 }
 

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/op_profile.h"
 
 namespace strata::backend {
 
@@ -45,7 +46,10 @@ class WindowGraphs {
   void check_no_readback(const char* op) const;
 
   BackendCounters counters() const { return counters_; }
-  void count_op() { ++counters_.ops; }
+  void count_op(const char* name) {
+    ++counters_.ops;
+    profile_.op(name);
+  }
 
  private:
   struct Input {
@@ -78,6 +82,7 @@ class WindowGraphs {
   size_t capacity_ = 0, top_ = 0, high_water_ = 0;
   std::vector<Block> blocks_;
   BackendCounters counters_;
+  OpProfile profile_;
 };
 
 }  // namespace strata::backend
