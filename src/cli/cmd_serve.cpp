@@ -140,7 +140,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-body", s.max_body, "Largest request body in bytes; past it, 413")
       ->capture_default_str()
       ->group(kNetwork);
-  cmd->add_option("--queue", g.queue, "Requests that may wait behind the running one; past it, 429")
+  cmd->add_option("--queue", g.queue, "Requests that may wait behind the running ones; past it, 429")
       ->capture_default_str()
       ->group(kRequests);
   cmd->add_option("--parallel", opts->parallel,
