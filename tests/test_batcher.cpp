@@ -2,7 +2,8 @@
 // qwen35moe: every sequence's tokens, text, finish reason and stop string equal those of the
 // same request run alone through Session::generate, with staggered arrivals, mixed prompt and
 // reply lengths, greedy and sampled requests, stop strings, a JSON constraint, a cancellation
-// mid-reply and one during the prefill, and prompt-cache reuse across requests.
+// mid-reply and one during the prefill, and prompt-cache reuse across requests. The same on the
+// GPU where there is one (the batched windows there against the requests run alone there).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -11,6 +12,9 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#ifdef STRATA_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "decode/batcher.h"
 #include "decode/generate.h"
 #include "decode/json_constraint.h"
@@ -38,6 +42,7 @@ class Batching : public ::testing::Test {
     o.progress = false;
     o.seed = 4;  // greedy replies in plain ASCII, which stop strings can match
     synth::run_synth(o);
+    path_ = new std::string(o.output);
     backend_ = new backend::CpuBackend(1);
     model_ = model::Model::load(o.output, *backend_).release();
     tok_ = new tokenizer::Tokenizer(tokenizer::read_vocab_metadata(model_->reader()));
@@ -48,6 +53,7 @@ class Batching : public ::testing::Test {
     delete tok_;
     delete model_;
     delete backend_;
+    delete path_;
     delete dir_;
   }
 
@@ -56,7 +62,11 @@ class Batching : public ::testing::Test {
     return {ids.begin(), ids.end()};
   }
 
+  // Runs the requests of EverySequenceEqualsTheSameRequestRunAlone on `model`.
+  static void expect_every_sequence_equals_alone(model::Model& model);
+
   static inline TempDir* dir_ = nullptr;
+  static inline std::string* path_ = nullptr;
   static inline backend::CpuBackend* backend_ = nullptr;
   static inline model::Model* model_ = nullptr;
   static inline tokenizer::Tokenizer* tok_ = nullptr;
@@ -94,7 +104,22 @@ struct Outcome {
   FinishReason finish = FinishReason::Length;
 };
 
-TEST_F(Batching, EverySequenceEqualsTheSameRequestRunAlone) {
+TEST_F(Batching, EverySequenceEqualsTheSameRequestRunAlone) { expect_every_sequence_equals_alone(*model_); }
+
+#ifdef STRATA_HAVE_CUDA
+TEST_F(Batching, OnTheGpuEverySequenceEqualsTheSameRequestRunAlone) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << cuda::unavailable_reason();
+  backend::CudaBackend gpu(0);
+  auto m = model::Model::load(*path_, gpu);
+  expect_every_sequence_equals_alone(*m);
+}
+#else
+TEST_F(Batching, OnTheGpuEverySequenceEqualsTheSameRequestRunAlone) {
+  GTEST_SKIP() << "the CUDA backend is not compiled in (no nvcc)";
+}
+#endif
+
+void Batching::expect_every_sequence_equals_alone(model::Model& model) {
   const std::string long_prompt(400, 'x');
   std::vector<Request> requests = {
       {"The quick brown fox", [] { return sampled(24, 0, 0.0f); }, 0},
@@ -124,7 +149,7 @@ TEST_F(Batching, EverySequenceEqualsTheSameRequestRunAlone) {
 
   std::vector<Outcome> alone;
   for (const Request& r : requests) {
-    Session s(*model_, *tok_, {.n_ctx = 1024});
+    Session s(model, *tok_, {.n_ctx = 1024});
     Outcome o;
     const auto result = s.generate(encode(r.prompt), r.params(), [&](const std::string& p) { o.streamed += p; });
     o.tokens = result.tokens;
@@ -140,11 +165,11 @@ TEST_F(Batching, EverySequenceEqualsTheSameRequestRunAlone) {
     std::vector<Outcome> together(requests.size());
     std::vector<GenerateParams> params;
     for (const Request& r : requests) params.push_back(r.params());
-    Batcher batcher(*model_, budget);
+    Batcher batcher(model, budget);
     size_t joined = 0;
     for (size_t window = 0;; ++window) {
       while (joined < requests.size() && requests[joined].arrives <= window) {
-        sessions.push_back(std::make_unique<Session>(*model_, *tok_, SessionOptions{.n_ctx = 1024}));
+        sessions.push_back(std::make_unique<Session>(model, *tok_, SessionOptions{.n_ctx = 1024}));
         Outcome* out = &together[joined];
         runs.push_back(std::make_unique<SequenceRun>(*sessions.back(), encode(requests[joined].prompt), params[joined],
                                                      [out](const std::string& p) { out->streamed += p; }));

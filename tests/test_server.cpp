@@ -188,6 +188,15 @@ TEST_F(ServerLoopback, ChatEqualsTheSession) {
   EXPECT_EQ(usage["total_tokens"],
             expected.telemetry.prompt_tokens + int64_t(expected.tokens.size()));
   EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 0);
+  // How it was made, in llama-server's names; no expert cache (mapped experts), no speculation.
+  const auto& timings = body["timings"];
+  EXPECT_EQ(timings["prompt_n"], expected.telemetry.prompt_tokens);
+  EXPECT_EQ(timings["cache_n"], 0);
+  EXPECT_EQ(timings["predicted_n"], int64_t(expected.tokens.size()));
+  EXPECT_GT(timings["prompt_per_second"].get<double>(), 0);
+  EXPECT_GE(timings["predicted_ms"].get<double>(), 0);
+  EXPECT_FALSE(timings.contains("expert_hit_rate"));
+  EXPECT_FALSE(timings.contains("draft_n"));
 }
 
 TEST_F(ServerLoopback, StreamedChatMatchesTheWholeReply) {
@@ -217,6 +226,10 @@ TEST_F(ServerLoopback, StreamedChatMatchesTheWholeReply) {
   EXPECT_EQ(streamed, text);
   EXPECT_FALSE(finish.empty());
   const auto& last = events.back();
+  const auto& finishing = events[events.size() - 2];
+  EXPECT_FALSE(finishing["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(finishing["timings"]["predicted_n"], last["usage"]["completion_tokens"])
+      << "the finishing chunk carries the reply's timings";
   EXPECT_TRUE(last["choices"].empty()) << "include_usage adds a usage-only chunk at the end";
   EXPECT_GT(last["usage"]["prompt_tokens"], 0);
   EXPECT_GT(last["usage"]["completion_tokens"], 0);
@@ -271,6 +284,10 @@ TEST_F(ServerLoopback, ModelsHealthPageAndMetrics) {
   EXPECT_EQ(page->status, 200);
   EXPECT_NE(page->body.find("/v1/chat/completions"), std::string::npos);
   EXPECT_EQ(page->body.find("http"), page->body.find("http-equiv")) << "no external resources";
+  EXPECT_NE(page->body.find("/expert-cache"), std::string::npos) << "the live expert-cache panel";
+  auto cache = get("/expert-cache");
+  ASSERT_EQ(cache->status, 200);
+  EXPECT_EQ(json::parse(cache->body), json({{"streamed", false}, {"description", "mapped from the GGUF"}}));
 
   ASSERT_EQ(post("/v1/chat/completions", chat_request(kMessages, 3).dump())->status, 200);
   // httplib counts a streamed (chunked) response once it has been sent, which may be just after

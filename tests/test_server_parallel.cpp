@@ -3,10 +3,12 @@
 // greedy and sampled, a JSON schema, different lengths), while a long stream holds a slot and
 // another client hangs up mid-stream, each come back exactly as the same request answered alone
 // by a --parallel 1 server; a conversation keeps its slot's prompt cache; the queue and 429 count
-// beyond the running generations.
+// beyond the running generations; /metrics shows each running sequence; the expert-cache panel's
+// endpoint reads a streamed cache while its windows run.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -18,6 +20,8 @@
 #include <nlohmann/json.hpp>
 
 #include "decode/loaded_model.h"
+#include "experts/pack.h"
+#include "gguf/gguf.h"
 #include "server/server.h"
 #include "test_server_util.h"
 
@@ -53,14 +57,14 @@ class ServerParallel : public ::testing::Test {
       thread.join();
     }
   };
-  static std::unique_ptr<Running> start(size_t parallel, size_t queue = 8) {
+  static std::unique_ptr<Running> start(size_t parallel, size_t queue = 8, decode::LoadedModel* model = nullptr) {
     auto r = std::make_unique<Running>();
     ServerOptions o;
     o.port = 0;
     o.generation.parallel = parallel;
     o.generation.queue = queue;
     o.generation.batch = 16;  // a long prompt takes several windows beside the others' decode rows
-    r->server = std::make_unique<Server>(*model_, o);
+    r->server = std::make_unique<Server>(model ? *model : *model_, o);
     r->port = r->server->bind();
     r->thread = std::thread([s = r->server.get()] { s->run(); });
     return r;
@@ -186,12 +190,28 @@ TEST_F(ServerParallel, EveryReplyEqualsTheSameRequestAnsweredAlone) {
     });
   for (auto& t : clients) t.join();
   for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(together[i], alone[i]) << requests[i].request.dump();
-  EXPECT_EQ(metrics(parallel->port).at("strata_generation_running"), 2) << "the held streams ran throughout";
+  {
+    const auto m = metrics(parallel->port);
+    EXPECT_EQ(m.at("strata_generation_running"), 2) << "the held streams ran throughout";
+    // Each running generation by its sequence: tokens so far and its decode speed.
+    std::vector<double> tokens, speeds;
+    for (const auto& [name, value] : m) {
+      if (name.starts_with("strata_sequence_tokens{")) tokens.push_back(value);
+      if (name.starts_with("strata_sequence_decode_tokens_per_second{")) speeds.push_back(value);
+    }
+    ASSERT_EQ(tokens.size(), 2u);
+    ASSERT_EQ(speeds.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_GT(tokens[i], 1);
+      EXPECT_GT(speeds[i], 0);
+    }
+  }
   held.close();
   also_held.close();
   EXPECT_TRUE(await_metric(parallel->port, "strata_generation_running", [](double v) { return v == 0; }));
   const auto m = metrics(parallel->port);
   EXPECT_EQ(m.at("strata_parallel_sequences"), 4);
+  for (const auto& [name, value] : m) EXPECT_FALSE(name.starts_with("strata_sequence_")) << name << " with none running";
   EXPECT_EQ(m.at("strata_generations_total{finish_reason=\"cancelled\"}"), 3);
 }
 
@@ -233,6 +253,71 @@ TEST_F(ServerParallel, TheQueueCountsBeyondTheRunningGenerations) {
   one.close();
   const std::string& answer = waiting.read_all();
   EXPECT_NE(answer.find("\"text_completion\""), std::string::npos) << answer;
+}
+
+
+// The chat page's expert-cache panel reads GET /expert-cache while sequences share windows over a
+// streamed cache: the counters and residency of a window boundary, never torn (the TSan build
+// runs this), and each reply's timings carry the cache's share.
+TEST_F(ServerParallel, TheExpertCachePanelReadsTheCacheBetweenWindows) {
+  const std::string path = dir_->file("tiny.gguf");
+  experts::write_pack(*gguf::Reader::open(path), path + ".experts");
+  const auto pack = experts::Pack::open(path + ".experts");
+  decode::LoadOptions load;
+  load.path = path;
+  load.threads = 1;
+  load.ctx = 512;
+  load.experts.budget_bytes = 6 * ((pack->max_record_bytes() + 4095) / 4096 * 4096);  // 6 slots
+  decode::LoadedModel streamed(load);
+  auto server = start(2, 8, &streamed);
+  httplib::Client c("127.0.0.1", server->port);
+  const json idle = json::parse(c.Get("/expert-cache")->body);
+  EXPECT_EQ(idle["streamed"], true);
+  EXPECT_EQ(idle["n_layers"], pack->n_layers()) << "the pack's layers: the model's and its MTP block's";
+  EXPECT_EQ(idle["n_experts"], pack->n_experts());
+
+  std::vector<json> replies(2);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < replies.size(); ++i)
+    clients.emplace_back([&, i] {
+      auto res = post(server->port, "/v1/chat/completions",
+                      json({{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "Stream me " + std::to_string(i)}}}},
+                            {"max_tokens", 40}, {"logit_bias", no_end_tokens()}})
+                          .dump());
+      if (res && res->status == 200) replies[i] = json::parse(res->body);
+    });
+  // Read while the windows run: every reading is whole and the counters only grow.
+  uint64_t windows = 0, lookups = 0;
+  for (int i = 0; i < 50; ++i) {
+    const json s = json::parse(c.Get("/expert-cache")->body);
+    ASSERT_EQ(s["resident"].size(), size_t(s["n_layers"]));
+    size_t resident = 0;
+    for (const auto& row : s["resident"]) {
+      const std::string bits = row;
+      ASSERT_EQ(bits.size(), size_t(s["n_experts"]));
+      resident += size_t(std::count(bits.begin(), bits.end(), '1'));
+    }
+    EXPECT_LE(resident, 6u) << "no more experts resident than the cache has slots: " << s.dump();
+    EXPECT_GE(s["windows"].get<uint64_t>(), windows);
+    EXPECT_GE(s["hits"].get<uint64_t>() + s["misses"].get<uint64_t>(), lookups);
+    windows = s["windows"];
+    lookups = s["hits"].get<uint64_t>() + s["misses"].get<uint64_t>();
+  }
+  for (auto& t : clients) t.join();
+  const json done = json::parse(c.Get("/expert-cache")->body);
+  EXPECT_GT(done["windows"].get<uint64_t>(), 40u) << "a prefill and 39 decode windows at least";
+  EXPECT_GT(done["misses"].get<uint64_t>(), 0u);
+  EXPECT_GT(done["bytes_read"].get<uint64_t>(), 0u);
+  const double rate = done["hit_rate"];
+  EXPECT_DOUBLE_EQ(rate, double(done["hits"].get<uint64_t>()) /
+                             double(done["hits"].get<uint64_t>() + done["misses"].get<uint64_t>()));
+  for (const json& r : replies) {
+    ASSERT_TRUE(r.contains("timings")) << r.dump();
+    EXPECT_EQ(r["timings"]["predicted_n"], 40);
+    EXPECT_GE(r["timings"]["expert_hit_rate"].get<double>(), 0.0);
+    EXPECT_LE(r["timings"]["expert_hit_rate"].get<double>(), 1.0);
+    EXPECT_TRUE(r["timings"].contains("stall_ms_per_token"));
+  }
 }
 
 }  // namespace

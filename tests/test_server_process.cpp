@@ -1,7 +1,7 @@
 // `strata serve` as a child process, the way it runs in production: it prints its port, serves,
 // and on SIGTERM ends the running stream with a proper last chunk and [DONE], runs its shutdown
 // hook and exits 0. SIGINT does the same; a port already taken is a clear error, exit 1. Its
-// --help lists the flags grouped by topic.
+// --help lists the flags grouped by topic; the start-up names --parallel (default by device).
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
@@ -140,6 +140,20 @@ TEST(ServeStartup, LoopbackHostsAndTheWarning) {
   EXPECT_NE(startup_warning(o).find("without --api-key"), std::string::npos);
   o.api_key = "k";
   EXPECT_EQ(startup_warning(o), "");
+}
+
+// --parallel defaults by device (4 on CUDA, 1 on the CPU) and the start-up says what it is.
+TEST_F(ServeProcess, PrintsTheSequencesPerWindowAtStartup) {
+  EXPECT_EQ(default_parallel("cuda"), 4u);
+  EXPECT_EQ(default_parallel("cpu"), 1u);
+  ASSERT_TRUE(spawn()) << log_;
+  EXPECT_NE(log_.find("strata: 1 sequence per window (--parallel, the default on this device)"), std::string::npos)
+      << log_;
+  ASSERT_EQ(::kill(pid_, SIGTERM), 0);
+  EXPECT_EQ(wait_exit(), 0) << log_;
+  log_.clear();
+  ASSERT_TRUE(spawn("--parallel 3")) << log_;
+  EXPECT_NE(log_.find("strata: 3 sequences per window (--parallel)\n"), std::string::npos) << log_;
 }
 
 TEST_F(ServeProcess, ATakenPortIsAClearError) {

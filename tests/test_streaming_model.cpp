@@ -5,7 +5,9 @@
 // one-row decode windows after it; reads finishing in a shuffled order change neither the results
 // nor which slot each expert lands in. Also: a corrupt record is a clear error from generation, a
 // missing or stale pack is a clear error at load, and the process's memory stays within trunk +
-// budget + a small overhead while experts far larger than the budget stream through.
+// budget + a small overhead while experts far larger than the budget stream through. And with
+// several sequences in one window (continuous batching), each routed expert is looked up and
+// read once for all of them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <thread>
@@ -380,6 +384,110 @@ TEST(StreamingModel, MemoryStaysWithinTrunkPlusBudgetWhileLargerExpertsStream) {
   auto mapped = Model::load(big.gguf, be);
   generate(*mapped, 4);
   EXPECT_GT(rss_bytes() - mapped_before, bound);
+}
+
+
+// Forwards to a streaming source and records, per layer of the last window, the routing it was
+// asked for and the experts it handed to the model.
+class RecordingSource : public experts::ExpertSource {
+ public:
+  explicit RecordingSource(std::unique_ptr<experts::ExpertSource> inner) : inner_(std::move(inner)) {}
+  void begin_window() override {
+    routed_.clear();
+    handed_.clear();
+    calls_.clear();
+    inner_->begin_window();
+  }
+  void end_window() override { inner_->end_window(); }
+  void layer(int il, const backend::Routing& routing, const GroupFn& fn) override {
+    ++calls_[il];
+    routed_[il].insert(routing.experts.begin(), routing.experts.end());
+    rows_[il] = int64_t(routing.experts.size()) / routing.top_k;
+    inner_->layer(il, routing, [&](const experts::ExpertGroup& g) {
+      handed_[il].insert(handed_[il].end(), g.ids.begin(), g.ids.end());
+      fn(g);
+    });
+  }
+  std::optional<experts::CacheStats> stats() const override { return inner_->stats(); }
+
+  std::map<int, std::set<int32_t>> routed_;     // distinct experts the window's rows route to
+  std::map<int, std::vector<int32_t>> handed_;  // every expert handed out, repeats kept
+  std::map<int, int> calls_;                    // layer() calls
+  std::map<int, int64_t> rows_;                 // rows of the routing
+
+ private:
+  std::unique_ptr<experts::ExpertSource> inner_;
+};
+
+// Continuous batching's I/O promise: sequences sharing a window have the experts they route to
+// looked up, and read on a miss, once for all of them, where separate windows would fetch each
+// sequence's own.
+TEST(StreamingModel, SequencesSharingAWindowFetchEachRoutedExpertOnce) {
+  TempDir dir;
+  const TinyModel tiny = synth_with_pack(dir, "qwen35moe", 21);
+  backend::CpuBackend be(1);
+  const auto load = [&] {
+    auto m = Model::load(tiny.gguf, be);
+    experts::StreamingOptions o;
+    o.budget_bytes = uint64_t(tiny.records) * tiny.slot_bytes;  // no evictions, no chunks
+    o.read_ahead = false;
+    auto source = std::make_unique<RecordingSource>(
+        std::make_unique<experts::StreamingSource>(experts::Pack::open(tiny.gguf + ".experts"), o));
+    RecordingSource* recording = source.get();
+    m->set_expert_source(std::move(source), "recorded");
+    return std::pair{std::move(m), recording};
+  };
+  auto [shared, shared_rec] = load();
+  auto [alone, alone_rec] = load();
+  const int64_t vocab = shared->config().n_vocab;
+  // Three sequences with histories of their own, then one window: two decode rows and a prefill
+  // chunk of five.
+  const auto tokens = some_tokens(40, vocab);
+  const std::span<const int32_t> all(tokens);
+  std::vector<State> together, apart;
+  const std::vector<std::pair<size_t, size_t>> history = {{0, 7}, {7, 3}, {10, 9}};
+  for (const auto& [first, n] : history) {
+    together.push_back(shared->new_state(64));
+    apart.push_back(alone->new_state(64));
+    shared->forward(all.subspan(first, n), together.back(), LogitsMode::Last);
+    alone->forward(all.subspan(first, n), apart.back(), LogitsMode::Last);
+  }
+  const std::vector<std::span<const int32_t>> rows = {all.subspan(20, 1), all.subspan(21, 5), all.subspan(26, 1)};
+  std::vector<Model::SequenceRows> window;
+  for (size_t i = 0; i < rows.size(); ++i) window.push_back({rows[i], &together[i], LogitsMode::Last});
+  const experts::CacheStats before = *shared->expert_stats();
+  const auto logits = shared->forward_batch(window);
+  const experts::CacheStats in_window = shared->expert_stats()->since(before);
+
+  std::map<int, std::set<int32_t>> each_alone;
+  uint64_t lookups_alone = 0, sum_of_own_sets = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const experts::CacheStats b = *alone->expert_stats();
+    EXPECT_TRUE(bitwise_equal(logits[i], alone->forward(rows[i], apart[i], LogitsMode::Last))) << "sequence " << i;
+    const experts::CacheStats d = alone->expert_stats()->since(b);
+    lookups_alone += d.hits + d.misses;
+    for (const auto& [il, experts] : alone_rec->routed_) {
+      each_alone[il].insert(experts.begin(), experts.end());
+      sum_of_own_sets += experts.size();
+    }
+  }
+  const int n_layers = int(shared->config().n_layer);
+  uint64_t union_size = 0;
+  for (int il = 0; il < n_layers; ++il) {
+    SCOPED_TRACE(cat("layer ", il));
+    EXPECT_EQ(shared_rec->calls_[il], 1) << "one fetch per layer for the whole window";
+    EXPECT_EQ(shared_rec->rows_[il], 7) << "the routing covers every sequence's rows";
+    EXPECT_EQ(shared_rec->routed_[il], each_alone[il]) << "the window routes to the union of the sequences' experts";
+    std::vector<int32_t> handed = shared_rec->handed_[il];
+    std::sort(handed.begin(), handed.end());
+    EXPECT_EQ(handed, std::vector<int32_t>(each_alone[il].begin(), each_alone[il].end()))
+        << "each expert of the union handed out exactly once";
+    union_size += each_alone[il].size();
+  }
+  EXPECT_EQ(in_window.hits + in_window.misses, union_size) << "one lookup per distinct (layer, expert)";
+  EXPECT_EQ(lookups_alone, sum_of_own_sets);
+  EXPECT_LT(union_size, sum_of_own_sets) << "the sequences share experts here, so sharing the window saves fetches";
+  EXPECT_EQ(in_window.evictions, 0u);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include <pthread.h>
@@ -30,6 +31,7 @@ struct ServeOptions {
   ExpertFlags experts;
   SpecFlags spec;
   server::ServerOptions server;
+  std::optional<size_t> parallel;  // --parallel; unset: server::default_parallel for the device
 };
 
 // Blocks SIGTERM, SIGINT, SIGUSR1 and SIGPIPE in this thread and every thread it starts later,
@@ -63,6 +65,10 @@ void run_serve(const ServeOptions& o) {
   // The usage history and start-up fill when the experts stream.
   install_routing(model.model(), {}, o.experts.pack);
   server::ServerOptions so = o.server;
+  // An explicit --spec mode without --parallel asks for one sequence: speculation needs it.
+  const bool spec_asked = o.spec.mode != "auto" && o.spec.mode != "off";
+  so.generation.parallel =
+      o.parallel.value_or(spec_asked ? 1 : server::default_parallel(model.model().backend().name()));
   so.generation.spec = spec_options(o.spec);
   // Speculative windows are not shared between sequences yet: the default (auto) is off with
   // --parallel above 1; an explicit mode there is an error (server::Server says so).
@@ -86,8 +92,8 @@ void run_serve(const ServeOptions& o) {
     finish_routing(model.model());
     std::fprintf(stderr, "strata: server stopped\n");
   });
-  std::fprintf(stderr, "strata: %zu sequence%s per window (--parallel)\n", o.server.generation.parallel,
-               o.server.generation.parallel == 1 ? "" : "s");
+  std::fprintf(stderr, "strata: %zu sequence%s per window (--parallel%s)\n", so.generation.parallel,
+               so.generation.parallel == 1 ? "" : "s", o.parallel ? "" : ", the default on this device");
   std::fprintf(stderr,
                "strata: serving %s as '%s' on http://%s:%d (chat page at /, API under /v1)\n",
                o.load.path.c_str(), srv.model_id().c_str(), o.server.host.c_str(), port);
@@ -134,14 +140,13 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-body", s.max_body, "Largest request body in bytes; past it, 413")
       ->capture_default_str()
       ->group(kNetwork);
-  cmd->add_option("--queue", g.queue, "Requests that may wait behind the running one; past it, 429")
+  cmd->add_option("--queue", g.queue, "Requests that may wait behind the running ones; past it, 429")
       ->capture_default_str()
       ->group(kRequests);
-  cmd->add_option("--parallel", g.parallel,
+  cmd->add_option("--parallel", opts->parallel,
                   "Generations that share each decode window (continuous batching), each with its "
-                  "own state and prompt cache")
+                  "own state and prompt cache (default: 4 on CUDA, 1 on the CPU)")
       ->check(CLI::Range(1, 64))
-      ->capture_default_str()
       ->group(kRequests);
   cmd->add_option("--timeout", g.timeout_s,
                   "Seconds a request may take, queue wait and generation together")

@@ -50,6 +50,15 @@ struct CacheStats {
   std::string summary() const;
 };
 
+// What the cache looked like at its last window boundary, for readers on other threads (the
+// server's live expert-cache panel); the counters and residency of one moment.
+struct CacheSnapshot {
+  CacheStats stats;
+  uint64_t windows = 0;  // window boundaries so far
+  int n_layers = 0, n_experts = 0;
+  std::vector<uint8_t> resident;  // [layer * n_experts + expert]: 1 when it holds a slot
+};
+
 // Experts of one layer resident together, for one compute step.
 struct ExpertGroup {
   // Indexed by expert id; the entries of `ids` are valid for the duration of the call, the
@@ -85,6 +94,9 @@ class ExpertSource {
   virtual void read_ahead(int /*layer*/, const backend::Routing& /*guess*/) {}
 
   virtual std::optional<CacheStats> stats() const { return std::nullopt; }
+  // The state published at the last window boundary; any thread may call it. Empty when the
+  // source has no cache.
+  virtual std::optional<CacheSnapshot> snapshot() const { return std::nullopt; }
 
   // Which of `layer`'s experts the cache holds (out[e] = 1), for cache-conditional routing;
   // false when the source has no cache (every expert is at hand).

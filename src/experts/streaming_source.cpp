@@ -99,6 +99,7 @@ StreamingSource::StreamingSource(std::vector<Layout> layouts, int n_experts,
   unseen_.assign(n_slots, 0);
   settle_fn_ = [this](int32_t s) { settle(s); };
   weights_.resize(size_t(n_experts_));
+  publish(false);
 }
 
 StreamingSource::StreamingSource(std::unique_ptr<Pack> pack, const StreamingOptions& o)
@@ -159,6 +160,24 @@ void StreamingSource::end_window() {
   arena_->release_holds();
   arena_->end_window(settle_fn_);
   guess_layer_ = -1;
+  publish(true);
+}
+
+void StreamingSource::publish(bool window_ended) {
+  const CacheStats now = *stats();
+  std::lock_guard lock(snapshot_mutex_);
+  published_.stats = now;
+  if (window_ended) ++published_.windows;
+  published_.n_layers = int(layouts_.size());
+  published_.n_experts = n_experts_;
+  published_.resident.resize(layouts_.size() * size_t(n_experts_));
+  for (int il = 0; il < published_.n_layers; ++il)
+    residency(il, std::span(published_.resident).subspan(size_t(il) * size_t(n_experts_), size_t(n_experts_)));
+}
+
+std::optional<CacheSnapshot> StreamingSource::snapshot() const {
+  std::lock_guard lock(snapshot_mutex_);
+  return published_;
 }
 
 void StreamingSource::start(int il, std::span<const int32_t> ids) {
@@ -314,6 +333,7 @@ size_t StreamingSource::pin(std::span<const ExpertKey> ranked, size_t max_pins) 
   for (size_t i = 0; i < loaded.size(); ++i)
     finish_read(loaded[i], loaded_keys[i].layer, loaded_keys[i].expert);
   for (int32_t s : loaded) arena_->pin(s);
+  publish(false);
   return loaded.size();
 }
 

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <vector>
@@ -77,6 +78,7 @@ class StreamingSource : public ExpertSource {
   void read_ahead(int layer, const backend::Routing& guess) override;
   std::optional<CacheStats> stats() const override;
   bool residency(int layer, std::span<uint8_t> out) const override;
+  std::optional<CacheSnapshot> snapshot() const override;
 
   // Loads and pins experts from a ranked list (best first: a profile), as many as leave at least
   // one slot outside the reserve unpinned, and at most `max_pins`. Returns how many are pinned.
@@ -87,6 +89,8 @@ class StreamingSource : public ExpertSource {
 
  private:
   void settle(int32_t slot);
+  // Copies the counters and residency where snapshot() reads them.
+  void publish(bool window_ended);
   // Waits for the slot's read, if any; a failed read leaves the slot empty and throws. A failed
   // read that nobody waited for in its own window (a read-ahead, or one a failed window left
   // behind) is read again first: its failure may be windows old.
@@ -116,6 +120,9 @@ class StreamingSource : public ExpertSource {
   double recent_predicted_ = 0;
   double recent_routed_ = 0;
   CacheStats stats_;
+  // What end_window publishes for snapshot(); the forward thread writes it, anyone reads it.
+  mutable std::mutex snapshot_mutex_;
+  CacheSnapshot published_;
 };
 
 }  // namespace strata::experts

@@ -1,9 +1,12 @@
 #include "server/chat_page.h"
 
+#include <string>
+
 namespace strata::server {
 
 namespace {
 
+// The markup and style; the scripts follow it (chat_page_html).
 constexpr std::string_view kPage = R"page(<!doctype html>
 <html lang="en">
 <head>
@@ -22,14 +25,23 @@ constexpr std::string_view kPage = R"page(<!doctype html>
   header input { width: 5rem; }
   #system { width: 100%; min-height: 2.2rem; resize: vertical; font: inherit; }
   #settings { padding: .5rem 1rem; border-bottom: 1px solid var(--line); }
+  #body { flex: 1; display: flex; min-height: 0; }
   #messages { flex: 1; overflow-y: auto; padding: 1rem; display: flex; flex-direction: column;
               gap: .75rem; }
+  #cache { width: 22rem; padding: .75rem 1rem; border-left: 1px solid var(--line); overflow-y: auto;
+           font-size: .8rem; }
+  #cache h2 { font-size: .9rem; margin: 0 0 .4rem; }
+  #cache canvas { width: 100%; display: block; margin: .4rem 0; image-rendering: pixelated; }
+  #cache .legend { opacity: .7; }
+  #cache .legend b { font-weight: normal; padding: 0 .3rem; border-radius: .2rem; }
+  @media (max-width: 50rem) { #body { flex-direction: column; } #cache { width: auto; border-left: 0;
+                              border-top: 1px solid var(--line); } }
   .msg { max-width: 52rem; white-space: pre-wrap; word-wrap: break-word; padding: .5rem .75rem;
          border-radius: .5rem; border: 1px solid var(--line); }
   .user { align-self: flex-end; background: #2f6fdf22; }
   .assistant { align-self: flex-start; }
   .error { align-self: center; color: #d33; border-color: #d33; }
-  .meta { font-size: .75rem; opacity: .65; margin-top: .25rem; }
+  .meta, .telemetry { font-size: .75rem; opacity: .65; margin-top: .25rem; }
   details.thinking { font-size: .85rem; opacity: .75; margin-bottom: .35rem; }
   details.thinking summary { cursor: pointer; }
   details.thinking .thought { border-left: 2px solid var(--line); padding-left: .5rem; }
@@ -50,7 +62,20 @@ constexpr std::string_view kPage = R"page(<!doctype html>
 <div id="settings">
   <textarea id="system" placeholder="System prompt (optional)"></textarea>
 </div>
+<div id="body">
 <main id="messages" aria-live="polite"></main>
+<aside id="cache" aria-label="expert cache">
+  <h2>Expert cache</h2>
+  <div id="cache-summary">…</div>
+  <div id="cache-live">
+  <canvas id="cache-chart" width="320" height="110"></canvas>
+  <div class="legend"><b style="color:#2a9d5c">━ hit rate (0-100%)</b><b style="color:#2f6fdf">━ read GB/s</b>
+    per second, last 2 minutes</div>
+  <canvas id="cache-heat" width="320" height="120"></canvas>
+  <div class="legend" id="cache-heat-legend">which experts hold a cache slot: a row per layer, a column per expert</div>
+  </div>
+</aside>
+</div>
 <form id="form">
   <textarea id="input" placeholder="Message (Enter sends, Shift+Enter for a new line)" autofocus></textarea>
   <button id="send" type="submit">Send</button>
@@ -58,7 +83,10 @@ constexpr std::string_view kPage = R"page(<!doctype html>
 </form>
 <script>
 "use strict";
-const $ = (id) => document.getElementById(id);
+)page";
+
+// The chat: streaming replies, the conversation, each reply's telemetry.
+constexpr std::string_view kChatScript = R"script(const $ = (id) => document.getElementById(id);
 const turns = [];
 let controller = null;
 let modelId = "";
@@ -138,6 +166,24 @@ function thinkingBox(out) {
   return box;
 }
 
+// How the reply was made (the server's `timings`, llama-server's names plus the expert cache's):
+// "prefill 812 tok/s · decode 23.4 tok/s · expert hit 95.1% · 1.20 GB/s read · stall 2.1 ms/tok ·
+// drafts 40 of 52 accepted"; what the server did not measure is left out.
+function telemetryLine(t) {
+  const parts = [];
+  if (t.prompt_per_second !== undefined) parts.push("prefill " + t.prompt_per_second.toFixed(1) + " tok/s");
+  if (t.predicted_per_second !== undefined) parts.push("decode " + t.predicted_per_second.toFixed(1) + " tok/s");
+  if (t.expert_hit_rate !== undefined) parts.push("expert hit " + (100 * t.expert_hit_rate).toFixed(1) + "%");
+  if (t.ssd_gb_per_s !== undefined) parts.push(t.ssd_gb_per_s.toFixed(2) + " GB/s read");
+  if (t.stall_ms_per_token !== undefined) parts.push("stall " + t.stall_ms_per_token.toFixed(1) + " ms/tok");
+  if (t.draft_n !== undefined) parts.push("drafts " + t.draft_n_accepted + " of " + t.draft_n + " accepted");
+  const div = document.createElement("div");
+  div.className = "telemetry";
+  div.textContent = parts.join(" · ");
+  div.dataset.timings = JSON.stringify(t);
+  return div;
+}
+
 async function send(text) {
   turns.push({ role: "user", content: text });
   bubble("user", text);
@@ -148,6 +194,7 @@ async function send(text) {
   let thought = "";
   const meta = document.createElement("div");
   meta.className = "meta";
+  let timings = null;
   const messages = [];
   const system = $("system").value.trim();
   if (system) messages.push({ role: "system", content: system });
@@ -181,6 +228,7 @@ async function send(text) {
         answer.textContent = reply;
         out.scrollIntoView({ block: "end" });
       }
+      if (chunk.timings) timings = chunk.timings;
       if (chunk.usage) {
         const s = (performance.now() - started) / 1000;
         meta.textContent = chunk.usage.completion_tokens + " tokens, " + s.toFixed(1) + " s, " +
@@ -193,6 +241,7 @@ async function send(text) {
   } finally {
     turns.push({ role: "assistant", content: reply });
     out.appendChild(meta);
+    if (timings) out.appendChild(telemetryLine(timings));
     controller = null;
     setBusy(false);
   }
@@ -218,13 +267,14 @@ $("clear").addEventListener("click", () => {
   $("messages").replaceChildren();
 });
 loadModel();
-</script>
-</body>
-</html>
-)page";
+)script";
 
 }  // namespace
 
-std::string_view chat_page_html() { return kPage; }
+std::string_view chat_page_html() {
+  static const std::string page =
+      std::string(kPage) + std::string(kChatScript) + std::string(cache_panel_script()) + "</script>\n</body>\n</html>\n";
+  return page;
+}
 
 }  // namespace strata::server

@@ -18,6 +18,24 @@ Json usage_json(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
+Json timings_json(const decode::Telemetry& t) {
+  Json j = {{"cache_n", t.reused_tokens},
+            {"prompt_n", t.prompt_tokens},
+            {"prompt_ms", t.prefill_seconds * 1e3},
+            {"predicted_n", t.generated_tokens},
+            {"predicted_ms", t.decode_seconds * 1e3}};
+  if (auto v = t.prefill_tok_per_s()) j["prompt_per_second"] = *v;
+  if (auto v = t.decode_tok_per_s()) j["predicted_per_second"] = *v;
+  if (t.cache_hit_rate) j["expert_hit_rate"] = *t.cache_hit_rate;
+  if (t.ssd_gb_per_s) j["ssd_gb_per_s"] = *t.ssd_gb_per_s;
+  if (t.stall_ms_per_token) j["stall_ms_per_token"] = *t.stall_ms_per_token;
+  if (t.spec) {
+    j["draft_n"] = t.spec->drafted;
+    j["draft_n_accepted"] = t.spec->accepted;
+  }
+  return j;
+}
+
 std::string finish_reason(decode::FinishReason f, bool tool_calls) {
   if (tool_calls) return "tool_calls";
   switch (f) {

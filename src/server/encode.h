@@ -27,6 +27,13 @@ struct Usage {
 Usage usage_of(const decode::Telemetry& t);
 Json usage_json(const Usage& u);
 
+// How the reply was made, as llama-server's `timings` object (prompt_n, prompt_ms,
+// prompt_per_second, predicted_n, predicted_ms, predicted_per_second, cache_n, draft_n,
+// draft_n_accepted) plus the expert cache's share: expert_hit_rate (0..1), ssd_gb_per_s,
+// stall_ms_per_token. Fields without a value (no decode yet, no cache, no speculation) are left
+// out. Sent beside usage on the OpenAI routes; the chat page shows it under each reply.
+Json timings_json(const decode::Telemetry& t);
+
 // OpenAI's finish_reason: "stop" (end token or stop string), "length" (max_tokens, the context,
 // the request's time limit or a shutdown), "tool_calls" when the reply holds tool calls.
 std::string finish_reason(decode::FinishReason f, bool tool_calls);

@@ -88,7 +88,9 @@ Generation::Generation(decode::LoadedModel& model, Metrics& metrics, GenerationO
       scheduler_(options_.queue, options_.parallel) {}
 
 LiveGauges Generation::gauges() const {
-  return {scheduler_.queued(), scheduler_.capacity(), scheduler_.running(), scheduler_.workers()};
+  LiveGauges g{scheduler_.queued(), scheduler_.capacity(), scheduler_.running(), scheduler_.workers(), {}};
+  for (const Job::Progress& p : scheduler_.progress()) g.sequences.push_back({p.sequence, p.tokens, p.decode_tok_per_s});
+  return g;
 }
 
 decode::GenerateParams Generation::params_for(const GenerationRequest& r,
@@ -124,6 +126,10 @@ std::shared_ptr<Job> Generation::start(const std::vector<int32_t>& prompt,
   auto job = std::make_shared<Job>(
       [this, prompt, gen = std::move(gen)](Job& self) mutable {
         gen.should_stop = [&self] { return self.should_stop(); };
+        gen.on_token = [first = std::move(gen.on_token), &self](int32_t id) {
+          if (first) first(id);
+          self.count_token();
+        };
         decode::GenerateResult result;
         try {
           const auto emit = [&self](const std::string& piece) { self.emit(piece); };
@@ -243,9 +249,11 @@ void Generation::chat(const httplib::Request& req, httplib::Response& res) {
     respond(res, job, json_writer([head, reader](const decode::GenerateResult& result) {
               reader->feed(result.text);
               reader->finish();
-              return chat_completion(head, chat_message(*reader),
-                                     finish_reason(result.finish, reader->has_tool_calls()),
-                                     usage_of(result.telemetry));
+              Json out = chat_completion(head, chat_message(*reader),
+                                         finish_reason(result.finish, reader->has_tool_calls()),
+                                         usage_of(result.telemetry));
+              out["timings"] = timings_json(result.telemetry);
+              return out;
             }, error_body));
     return;
   }
@@ -262,6 +270,7 @@ void Generation::chat(const httplib::Request& req, httplib::Response& res) {
                 auto out = chunks(chat_deltas(reader->finish()));
                 out.push_back(chat_chunk(head, Json::object(),
                                          finish_reason(result.finish, reader->has_tool_calls())));
+                out.back()["timings"] = timings_json(result.telemetry);
                 return out;
               },
               r.include_usage ? std::function([head](const Usage& u) {
@@ -290,9 +299,10 @@ void Generation::completion(const httplib::Request& req, httplib::Response& res)
   if (!r.stream) {
     hold_status(*job);
     respond(res, job, json_writer([head, echo](const decode::GenerateResult& result) {
-              return text_completion(head, echo + result.text,
-                                     finish_reason(result.finish, false),
-                                     usage_of(result.telemetry));
+              Json out = text_completion(head, echo + result.text, finish_reason(result.finish, false),
+                                         usage_of(result.telemetry));
+              out["timings"] = timings_json(result.telemetry);
+              return out;
             }, error_body));
     return;
   }
@@ -303,7 +313,9 @@ void Generation::completion(const httplib::Request& req, httplib::Response& res)
                 return std::vector<Json>{text_chunk(head, text, "")};
               },
               [head](const decode::GenerateResult& result) {
-                return std::vector<Json>{text_chunk(head, "", finish_reason(result.finish, false))};
+                Json last = text_chunk(head, "", finish_reason(result.finish, false));
+                last["timings"] = timings_json(result.telemetry);
+                return std::vector<Json>{last};
               },
               r.include_usage ? std::function([head](const Usage& u) {
                 return text_usage_chunk(head, u);

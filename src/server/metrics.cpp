@@ -121,6 +121,14 @@ std::string Metrics::render(const LiveGauges& live) const {
   metric(out, "strata_generation_running", "gauge", "Generations running now.", double(live.running));
   metric(out, "strata_parallel_sequences", "gauge", "Sequences that may share a window (--parallel).",
          double(live.parallel));
+  header(out, "strata_sequence_tokens", "gauge", "Tokens a running generation has made so far, by sequence.");
+  for (const auto& s : live.sequences)
+    sample(out, "strata_sequence_tokens", double(s.tokens), cat("sequence=\"", s.sequence, "\""));
+  header(out, "strata_sequence_decode_tokens_per_second", "gauge",
+         "Decode speed of a running generation (its first token to its latest), by sequence.");
+  for (const auto& s : live.sequences)
+    if (s.decode_tok_per_s)
+      sample(out, "strata_sequence_decode_tokens_per_second", *s.decode_tok_per_s, cat("sequence=\"", s.sequence, "\""));
   return out;
 }
 

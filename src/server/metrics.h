@@ -8,10 +8,18 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "decode/generate.h"
 
 namespace strata::server {
+
+// A running generation: which of the --parallel sequences runs it and how far it is.
+struct SequenceGauge {
+  size_t sequence = 0;
+  int64_t tokens = 0;                     // generated so far
+  std::optional<double> decode_tok_per_s;  // from its first token to its latest
+};
 
 // What the metrics read from elsewhere at scrape time.
 struct LiveGauges {
@@ -19,6 +27,7 @@ struct LiveGauges {
   size_t queue_capacity = 0;
   size_t running = 0;   // generations running now
   size_t parallel = 1;  // --parallel
+  std::vector<SequenceGauge> sequences;  // the running generations
 };
 
 class Metrics {

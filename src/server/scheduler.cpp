@@ -38,7 +38,25 @@ void Job::emit(const std::string& piece) {
   changed_.notify_all();
 }
 
-void Job::run() {
+void Job::count_token() {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  if (tokens_ == 0) first_token_ns_ = now;
+  last_token_ns_ = now;
+  ++tokens_;
+}
+
+Job::Progress Job::progress() const {
+  Progress p;
+  p.sequence = worker_;
+  // Racing count_token, the times may lag the count by a token: a figure, not an invariant.
+  const int64_t first = first_token_ns_, last = last_token_ns_;
+  p.tokens = tokens_;
+  if (p.tokens >= 2 && last > first) p.decode_tok_per_s = double(p.tokens - 1) / (double(last - first) * 1e-9);
+  return p;
+}
+
+void Job::run(size_t worker) {
+  worker_ = worker;
   set_phase(Phase::Running);
   try {
     result_ = work_(*this);
@@ -55,7 +73,7 @@ void Job::drop() {
 }
 
 Scheduler::Scheduler(size_t capacity, size_t workers) : capacity_(capacity) {
-  for (size_t i = 0; i < std::max<size_t>(workers, 1); ++i) workers_.emplace_back([this] { work(); });
+  for (size_t i = 0; i < std::max<size_t>(workers, 1); ++i) workers_.emplace_back([this, i] { work(i); });
 }
 
 Scheduler::~Scheduler() { shutdown(); }
@@ -73,7 +91,7 @@ Scheduler::Admission Scheduler::submit(std::shared_ptr<Job> job) {
   return Admission::Accepted;
 }
 
-void Scheduler::work() {
+void Scheduler::work(size_t worker) {
   while (true) {
     std::shared_ptr<Job> job;
     {
@@ -88,7 +106,7 @@ void Scheduler::work() {
     if (job->should_stop())
       job->drop();
     else
-      job->run();
+      job->run(worker);
     {
       std::lock_guard lock(mutex_);
       running_.erase(std::find(running_.begin(), running_.end(), job));
@@ -120,6 +138,16 @@ size_t Scheduler::queued() const {
   std::lock_guard lock(mutex_);
   const size_t free = workers_.size() - running_.size();
   return queue_.size() > free ? queue_.size() - free : 0;
+}
+
+std::vector<Job::Progress> Scheduler::progress() const {
+  std::vector<Job::Progress> out;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& job : running_) out.push_back(job->progress());
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.sequence < b.sequence; });
+  return out;
 }
 
 size_t Scheduler::running() const {

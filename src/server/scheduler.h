@@ -54,10 +54,22 @@ class Job {
   const std::string& error() const { return error_; }
   bool dropped() const { return dropped_; }  // never ran (queue shut down or deadline passed)
 
+  // A running job's figures for /metrics, read from any thread.
+  struct Progress {
+    size_t sequence = 0;  // the worker running it: 0 .. --parallel - 1
+    int64_t tokens = 0;   // generated so far
+    // Tokens after the first per second of decoding, from the first token to the latest (absent
+    // before the second token).
+    std::optional<double> decode_tok_per_s;
+  };
+  Progress progress() const;
+  // Worker side: one more token generated (the generation's on_token hook).
+  void count_token();
+
   // Worker side: run() (or drop() for a job that never starts), then finish(), which wakes the
   // HTTP thread. result() and error() are written by run() alone and read only after Done.
   void emit(const std::string& piece);
-  void run();
+  void run(size_t worker = 0);
   void drop();
   void finish();
 
@@ -75,6 +87,9 @@ class Job {
   std::optional<decode::GenerateResult> result_;
   std::string error_;
   bool dropped_ = false;
+  std::atomic<size_t> worker_{0};
+  std::atomic<int64_t> tokens_{0};
+  std::atomic<int64_t> first_token_ns_{0}, last_token_ns_{0};  // steady clock, since its epoch
 };
 
 class Scheduler {
@@ -95,11 +110,13 @@ class Scheduler {
   // Jobs waiting for a worker.
   size_t queued() const;
   size_t running() const;
+  // The running jobs' progress, by sequence.
+  std::vector<Job::Progress> progress() const;
   size_t capacity() const { return capacity_; }
   size_t workers() const { return workers_.size(); }
 
  private:
-  void work();
+  void work(size_t worker);
 
   const size_t capacity_;
   mutable std::mutex mutex_;

@@ -11,6 +11,7 @@
 #include "server/api_error.h"
 #include "server/chat_page.h"
 #include "server/encode.h"
+#include "server/expert_cache_api.h"
 #include "server/http_server.h"
 #include "server/responses_api.h"
 #include "server/tokenize_api.h"
@@ -51,7 +52,7 @@ httplib::Server::Handler guarded(Fn fn) {
 
 // The label /metrics counts a request under: its route, never the raw path (unbounded).
 std::string endpoint_label(const std::string& path) {
-  for (const char* route : {"/", "/health", "/metrics", "/v1/models", "/v1/chat/completions",
+  for (const char* route : {"/", "/health", "/metrics", "/expert-cache", "/v1/models", "/v1/chat/completions",
                             "/v1/completions", "/v1/messages", "/v1/messages/count_tokens",
                             "/v1/responses", "/tokenize", "/detokenize"})
     if (path == route) return path;
@@ -73,6 +74,8 @@ Json model_object(const std::string& id, int64_t created) {
 }
 
 }  // namespace
+
+size_t default_parallel(std::string_view backend_name) { return backend_name == "cuda" ? 4 : 1; }
 
 Server::Server(decode::LoadedModel& model, ServerOptions options)
     : model_(model), options_(std::move(options)) {
@@ -168,6 +171,9 @@ void Server::add_routes() {
   });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(generation_->gauges()), "text/plain; version=0.0.4");
+  });
+  svr.Get("/expert-cache", [this](const httplib::Request& req, httplib::Response& res) {
+    expert_cache(model_, req, res);
   });
   const auto created = int64_t(std::chrono::duration_cast<std::chrono::seconds>(
                                    std::chrono::system_clock::now().time_since_epoch())

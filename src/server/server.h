@@ -4,6 +4,7 @@
 //   POST /v1/responses                                (server/responses_api.h)
 //   POST /tokenize, /detokenize                       (server/tokenize_api.h)
 //   GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus text), / (chat page)
+//   GET  /expert-cache                                (server/expert_cache_api.h: the page's panel)
 // Errors are JSON bodies in the shape of the route's API; docs/SERVER.md has the details.
 #pragma once
 
@@ -35,6 +36,10 @@ bool is_loopback_host(const std::string& host);
 // The warning to print at start-up when the server listens beyond this machine without an API
 // key; empty when there is nothing to warn about.
 std::string startup_warning(const ServerOptions& options);
+// --parallel when none is given, by the backend that runs the model (Backend::name()): 4 on a GPU,
+// where a decode window of one row leaves most of the device idle; 1 on the CPU, where each
+// sequence's attention and DeltaNet rows cost about what they cost alone.
+size_t default_parallel(std::string_view backend_name);
 
 class Server {
  public:

@@ -3,18 +3,22 @@
 // equals the API's reply for the same greedy request, a second turn is served from the prompt
 // cache, and Stop ends a long reply mid-stream, which the server counts as a cancelled
 // generation; with a template that opens <think>, the reasoning streams into a collapsed
-// "Thinking" box, apart from the answer. On failure a screenshot goes to --out.
+// "Thinking" box, apart from the answer. Under each reply its telemetry (the server's `timings`);
+// beside the chat the live expert-cache panel, which with experts streamed through a small cache
+// draws the hit rate and read rate over time and a layer-by-expert residency map that equal what
+// GET /expert-cache says. On failure a screenshot goes to --out.
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, test } from "node:test";
 
-import { chatTemplate, outDir, requirePackage, startServer, synthModel, waitFor, watchdog } from "./harness.mjs";
+import { chatTemplate, outDir, requirePackage, startServer, strata, synthModel, waitFor, watchdog } from "./harness.mjs";
 
 watchdog(150);
 const { chromium } = requirePackage("playwright-core");
 
 let server;
 let thinker;
+let streamed;
 let browser;
 let page;
 let model;
@@ -33,6 +37,7 @@ after(async () => {
   await browser?.close();
   if (server) assert.equal(await server.stop(), 0, "strata serve did not exit 0 on SIGTERM");
   if (thinker) assert.equal(await thinker.stop(), 0, "strata serve did not exit 0 on SIGTERM");
+  if (streamed) assert.equal(await streamed.stop(), 0, "strata serve did not exit 0 on SIGTERM");
 });
 
 // Records every text the newest assistant bubble shows while a reply streams in.
@@ -49,13 +54,17 @@ async function watchAssistant() {
   });
 }
 
-// The n-th assistant bubble: its answer text, meta line, and thinking box (null when none).
+// The n-th assistant bubble: its answer text, meta line, telemetry line (and the timings it
+// shows), and thinking box (null when none).
 async function assistant(n) {
   return page.locator(".msg.assistant").nth(n).evaluate((el) => {
     const details = el.querySelector("details.thinking");
+    const telemetry = el.querySelector(".telemetry");
     return {
       text: el.querySelector(".answer")?.textContent ?? "",
       meta: el.querySelector(".meta")?.textContent ?? "",
+      telemetry: telemetry?.textContent ?? "",
+      timings: telemetry ? JSON.parse(telemetry.dataset.timings) : null,
       thinking: details ? { open: details.open, text: details.querySelector(".thought").textContent } : null,
     };
   });
@@ -100,6 +109,17 @@ test("the chat page streams replies, reuses the cache and stops on request", asy
     for (let i = 1; i < seen.length; ++i) assert.ok(seen[i].startsWith(seen[i - 1]), "the reply text did not only grow");
     t.diagnostic(`the first reply appeared in ${seen.length} steps`);
     assert.match(first.meta, /^\d+ tokens, /);
+    // Its telemetry: prefill and decode speed from the server's timings, and the drafts when
+    // speculation ran (no expert cache here).
+    assert.equal(first.timings.predicted_n, Number(/^(\d+) tokens/.exec(first.meta)[1]));
+    assert.match(first.telemetry, /^prefill \d+\.\d tok\/s · decode \d+\.\d tok\/s( · drafts \d+ of \d+ accepted)?$/);
+    assert.equal(first.telemetry.split(" · ")[1], `decode ${first.timings.predicted_per_second.toFixed(1)} tok/s`);
+    if (first.timings.draft_n !== undefined) {
+      assert.ok(first.telemetry.endsWith(`drafts ${first.timings.draft_n_accepted} of ${first.timings.draft_n} accepted`));
+    }
+    // The panel says the experts are mapped: nothing streams.
+    await waitFor("the panel to read the server", 10, async () => (await page.getAttribute("#cache", "data-streamed")) === "false");
+    assert.match(await page.textContent("#cache-summary"), /always at hand/);
     assert.equal(await page.locator(".msg.error").count(), 0);
     // What the page shows is what the API answers for the same greedy request.
     assert.equal(first.text, await apiReply([{ role: "user", content: "Hello there" }], 100));
@@ -170,6 +190,67 @@ test("the reasoning of a thinking template shows in a collapsed box, apart from 
     assert.equal(await page.locator("details.thinking").first().evaluate((d) => d.open), true);
   } catch (e) {
     const shot = path.join(outDir, "chat_page_thinking_failure.png");
+    await page?.screenshot({ path: shot, fullPage: true }).catch(() => {});
+    console.error(`screenshot of the page: ${shot}`);
+    throw e;
+  }
+});
+
+test("the expert-cache panel follows a cache that streams, and each reply shows the cache's share", async () => {
+  try {
+    // Experts streamed from the model's pack through a cache of a few records (108 KiB each).
+    const model = synthModel("streamed");
+    strata("pack", model, "--no-progress");
+    streamed = await startServer(model, ["--expert-budget", "512K"]);
+    await page.goto(streamed.url + "/");
+    await waitFor("the page to show the model id", 30, async () => (await page.textContent("#model")) === streamed.modelId);
+    await waitFor("the panel to see a streamed cache", 10, async () => (await page.getAttribute("#cache", "data-streamed")) === "true");
+    await settings(0, 60);
+    await send("Tell me about expert caches");
+    await page.locator(".msg.assistant .meta").first().filter({ hasText: /tokens/ }).waitFor();
+    const reply = await assistant(0);
+    assert.ok(reply.timings.expert_hit_rate >= 0 && reply.timings.expert_hit_rate <= 1, JSON.stringify(reply.timings));
+    assert.match(reply.telemetry, / · expert hit \d+\.\d% · /);
+    assert.ok(reply.telemetry.includes(`expert hit ${(100 * reply.timings.expert_hit_rate).toFixed(1)}%`), reply.telemetry);
+    assert.match(reply.telemetry, / · stall \d+\.\d ms\/tok/);
+
+    // The chart has a point per second; once the server is idle the panel shows what the
+    // endpoint says: its hit rate, and the same residency map, layer by layer.
+    await waitFor("three points on the chart", 15, async () => Number(await page.getAttribute("#cache-chart", "data-points")) >= 3);
+    const api = await (await fetch(`${streamed.url}/expert-cache`)).json();
+    const resident = api.resident.join("").split("").filter((c) => c === "1").length;
+    assert.ok(api.misses > 0 && api.bytes_read > 0, JSON.stringify(api));
+    await waitFor("the panel to catch up with the idle cache", 10, async () => {
+      const shown = await page.evaluate(() => ({
+        hitRate: document.getElementById("cache-summary").dataset.hitRate,
+        layers: document.getElementById("cache-heat").dataset.layers,
+        experts: document.getElementById("cache-heat").dataset.experts,
+        resident: document.getElementById("cache-heat").dataset.resident,
+      }));
+      return shown.hitRate === String(api.hit_rate) && shown.layers === String(api.n_layers) &&
+        shown.experts === String(api.n_experts) && shown.resident === String(resident);
+    });
+    // The heat map's pixels: a lit cell for each resident expert, layer by layer.
+    const lit = await page.evaluate(() => {
+      const canvas = document.getElementById("cache-heat");
+      const layers = Number(canvas.dataset.layers), experts = Number(canvas.dataset.experts);
+      const cell = canvas.width / experts, row = canvas.height / layers;
+      const g = canvas.getContext("2d");
+      const rows = [];
+      for (let l = 0; l < layers; ++l) {
+        let bits = "";
+        for (let e = 0; e < experts; ++e) {
+          const [r, gr, b] = g.getImageData(Math.floor(e * cell + cell / 2), Math.floor(l * row + row / 2), 1, 1).data;
+          bits += r > 200 && gr > 100 && gr < 160 && b < 100 ? "1" : "0";
+        }
+        rows.push(bits);
+      }
+      return rows;
+    });
+    assert.deepEqual(lit, api.resident);
+    await page.screenshot({ path: path.join(outDir, "chat_page_cache_panel.png"), fullPage: true });
+  } catch (e) {
+    const shot = path.join(outDir, "chat_page_cache_failure.png");
     await page?.screenshot({ path: shot, fullPage: true }).catch(() => {});
     console.error(`screenshot of the page: ${shot}`);
     throw e;
