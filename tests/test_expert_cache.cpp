@@ -175,7 +175,26 @@ TEST(ExpertCacheArena, AssignsFreeSlotsInOrderAndEvictsLeastRecentlyUsed) {
   EXPECT_EQ(a.key_of(1), (ExpertKey{1, 0}));
   EXPECT_EQ(a.resident(), 3u);
   EXPECT_EQ(a.evictions(), 1u);
-  EXPECT_EQ(uint64_t(reinterpret_cast<uintptr_t>(a.slot_data(1))) % Arena::kSlotAlignment, 0u);
+}
+
+// The CPU backend's slots: host memory where reads land in place, 4 KiB-aligned.
+TEST(ExpertCacheArena, HostSlotsAreAlignedAndReadsLandInPlace) {
+  backend::CpuBackend be(1);
+  const auto slots = be.alloc_expert_slots(3, 8192);
+  EXPECT_EQ(slots->count(), 3u);
+  EXPECT_EQ(slots->slot_bytes(), 8192u);
+  EXPECT_FALSE(be.expert_memory_free()) << "the CPU backend's slots are host memory";
+  for (int32_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(uint64_t(reinterpret_cast<uintptr_t>(slots->data(s))) % Arena::kSlotAlignment, 0u);
+    EXPECT_EQ(slots->landing(s), static_cast<const void*>(slots->data(s)));
+  }
+  EXPECT_EQ(slots->data(1) - slots->data(0), 8192);
+  std::memset(slots->landing(2), 0x5a, 8192);
+  slots->fill(2, 8192);
+  EXPECT_EQ(slots->data(2)[8191], 0x5a);
+  EXPECT_EQ(slots->counters().bytes, 0u) << "no copy where slots are host memory";
+  EXPECT_NE(error_of([&] { be.alloc_expert_slots(2, 100); }).find("multiple of 4096"),
+            std::string::npos);
 }
 
 TEST(ExpertCacheArena, PinnedAndHeldSlotsAreNeverEvicted) {
