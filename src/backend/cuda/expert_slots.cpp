@@ -27,9 +27,10 @@ constexpr size_t kLandingsPerChunk = 8;
 class CudaExpertSlots : public ExpertSlots {
  public:
   CudaExpertSlots(CudaBackend::Impl& impl, size_t count, size_t slot_bytes)
-      : impl_(impl), count_(count), slot_bytes_(slot_bytes), landing_of_(count, -1) {
-    require(count > 0 && slot_bytes > 0 && slot_bytes % 4096 == 0, "expert slots",
-            "bad shape (", count, " slots of ", slot_bytes,
+      : impl_(impl), count_(count), slot_bytes_(slot_bytes) {
+    require(count > 0 && slot_bytes > 0 && slot_bytes % 4096 == 0 &&
+                count <= size_t(INT32_MAX) && count <= SIZE_MAX / slot_bytes,
+            "expert slots", "bad shape (", count, " slots of ", slot_bytes,
             " bytes; a positive multiple of 4096 each)");
     STRATA_CUDA_CHECK(cudaSetDevice(impl_.ctx.index));
     const size_t bytes = count * slot_bytes;
@@ -42,6 +43,7 @@ class CudaExpertSlots : public ExpertSlots {
            " slots of ", format_bytes(slot_bytes), " (", format_bytes(free_bytes),
            " free: ", cudaGetErrorString(err), "); give a smaller --expert-budget");
     }
+    landing_of_.assign(count, -1);
     STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
     STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&recycled_, cudaEventDisableTiming));
     impl_.upload_ranges[device_] = bytes;
