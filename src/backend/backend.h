@@ -100,7 +100,8 @@ class ExpertSlots {
   // Backend memory of slot s: the base of its expert's Weight views.
   virtual const uint8_t* data(int32_t slot) const = 0;
   // Host memory (4 KiB-aligned, slot_bytes long) the read of slot s's next record lands in; the
-  // same buffer until fill(s) or discard(s).
+  // same buffer until fill(s) or discard(s), after which it is no longer the caller's (CUDA: the
+  // copy reads it until it ends).
   virtual void* landing(int32_t slot) = 0;
   // The read into landing(s) finished: its first `bytes` become slot s's content for ops queued
   // after this call.
