@@ -4,7 +4,9 @@
 # runs `strata bench --device cuda` on each, everything in HBM (docs/PERFORMANCE.md, "GPU").
 # Writes each bench's JSON and a summary to $OUT (default BUNDLE/out).
 #
-#   BUNDLE/gpu_models.sh [MODEL...]   MODEL: next80b (default), flagship, next80b-cpu, and
+#   BUNDLE/gpu_models.sh [MODEL...]   MODEL: next80b (default), flagship, next80b-cpu,
+#                                     next80b-stream (all in HBM against experts streamed from the
+#                                     pack into an HBM cache of 25% of the experts' bytes), and
 #                                     next80b-profile / flagship-profile (time per op on the device,
 #                                     STRATA_CUDA_PROFILE=1: windows run op by op, so tok/s is not
 #                                     the graph's)
@@ -22,7 +24,7 @@ models=("$@")
 synth() {  # name arch preset
   local file="$work/$1.gguf"
   if [[ ! -f $file ]]; then
-    rm -f "$work"/*.gguf  # the machine's disk holds one of these at a time
+    rm -f "$work"/*.gguf "$work"/*.gguf.experts*  # the machine's disk holds one of these at a time
     local start=$(date +%s)
     "$strata" synth --arch "$2" --preset "$3" --expert-type iq2_xs -o "$file" >"$out/synth-$1.log" 2>&1 ||
       { echo "synth $1 failed:"; tail -n 5 "$out/synth-$1.log"; return 1; }
@@ -30,9 +32,10 @@ synth() {  # name arch preset
   fi
 }
 
-bench() {  # name device extra-args...
-  local name=$1 device=$2 tag=$1-$2${STRATA_CUDA_PROFILE:+-profile}
+bench() {  # name device extra-args...   (BENCH_TAG names the output files when set)
+  local name=$1 device=$2
   shift 2
+  local tag=${BENCH_TAG:-$name-$device${STRATA_CUDA_PROFILE:+-profile}}
   local start=$(date +%s)
   "$strata" bench -m "$work/$name.gguf" --device "$device" "$@" >"$out/bench-$tag.json" \
     2>"$out/bench-$tag.log"
@@ -43,15 +46,43 @@ try:
     j = json.load(open(sys.argv[1]))
 except ValueError as e:
     print("  no JSON:", e); sys.exit()
+keys = ("hit_rate", "stall_ms_per_token", "h2d_gb_per_s", "gb_per_s_read", "bytes_read_per_token",
+        "read_ahead_accuracy")
 for phase in ("prefill", "decode"):
     p = j[phase]
     extra = p.get("backend", {})
     profile = extra.pop("op_profile", None)
-    print(f"  {phase}: {p['tokens']} tokens, {p['tok_per_s']:.1f} tok/s", json.dumps(extra))
+    cache = {k: round(p[k], 4) for k in keys if k in p}
+    print(f"  {phase}: {p['tokens']} tokens, {p['tok_per_s']:.1f} tok/s", json.dumps(extra),
+          json.dumps(cache) if cache else "")
     for name, t in list((profile or {}).items())[:16]:
         print(f"    {name:24s} {t['us_per_token']:9.1f} us/token {t['calls_per_token']:7.1f} calls {t['us_per_call']:8.2f} us/call")
 print("  device:", j.get("device"))
 PY
+}
+
+# The 80B shape all in HBM against its experts streamed from the pack (O_DIRECT from this disk)
+# into an HBM cache of 25% of the experts' bytes, with the model's own router and with a
+# calibrated synthetic trace (read-ahead off: it guesses from the router, not the trace).
+stream80b() {
+  synth next80b qwen3next qwen3-next-80b-a3b || return 1
+  local model="$work/next80b.gguf" pack="$work/next80b.gguf.experts"
+  if [[ ! -f $pack ]]; then
+    local start=$(date +%s)
+    "$strata" pack "$model" --no-progress >"$out/pack-next80b.log" 2>&1 ||
+      { echo "pack failed:"; tail -n 5 "$out/pack-next80b.log"; return 1; }
+    echo "pack next80b: $(du -h "$pack" | cut -f1) in $(($(date +%s) - start)) s"
+  fi
+  "$strata" pack --bench-reads 4 "$pack" >"$out/reads-next80b.json" 2>&1
+  echo "O_DIRECT reads: $(tail -n 1 "$out/reads-next80b.json")"
+  "$strata" trace synth --shape qwen3-next-80b-a3b --model-seed 7 --seed 3 --tokens 256 \
+    -o "$work/q3n.trace" >/dev/null 2>&1
+  local budget=$(($(stat -c %s "$pack") / 4))
+  local args=(--prompt-tokens 16 --batch 16 --gen-tokens ${STREAM_GEN_TOKENS:-48})
+  BENCH_TAG=next80b-resident bench next80b cuda "${args[@]}"
+  BENCH_TAG=next80b-stream25 bench next80b cuda "${args[@]}" --expert-budget "$budget"
+  BENCH_TAG=next80b-stream25-trace bench next80b cuda "${args[@]}" --expert-budget "$budget" \
+    --route-trace "$work/q3n.trace" --read-ahead off
 }
 
 for m in "${models[@]}"; do
@@ -63,6 +94,7 @@ for m in "${models[@]}"; do
     flagship-profile) synth flagship qwen4exp flagship &&
       STRATA_CUDA_PROFILE=1 bench flagship cuda --prompt-tokens 512 --gen-tokens 16 ;;
     flagship) synth flagship qwen4exp flagship && bench flagship cuda --prompt-tokens 512 --gen-tokens 64 ;;
+    next80b-stream) stream80b ;;
     *) echo "gpu_models: unknown model '$m'"; exit 2 ;;
   esac
 done

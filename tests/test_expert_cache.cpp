@@ -175,7 +175,26 @@ TEST(ExpertCacheArena, AssignsFreeSlotsInOrderAndEvictsLeastRecentlyUsed) {
   EXPECT_EQ(a.key_of(1), (ExpertKey{1, 0}));
   EXPECT_EQ(a.resident(), 3u);
   EXPECT_EQ(a.evictions(), 1u);
-  EXPECT_EQ(uint64_t(reinterpret_cast<uintptr_t>(a.slot_data(1))) % Arena::kSlotAlignment, 0u);
+}
+
+// The CPU backend's slots: host memory where reads land in place, 4 KiB-aligned.
+TEST(ExpertCacheArena, HostSlotsAreAlignedAndReadsLandInPlace) {
+  backend::CpuBackend be(1);
+  const auto slots = be.alloc_expert_slots(3, 8192);
+  EXPECT_EQ(slots->count(), 3u);
+  EXPECT_EQ(slots->slot_bytes(), 8192u);
+  EXPECT_FALSE(be.expert_memory_free()) << "the CPU backend's slots are host memory";
+  for (int32_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(uint64_t(reinterpret_cast<uintptr_t>(slots->data(s))) % Arena::kSlotAlignment, 0u);
+    EXPECT_EQ(slots->landing(s), static_cast<const void*>(slots->data(s)));
+  }
+  EXPECT_EQ(slots->data(1) - slots->data(0), 8192);
+  std::memset(slots->landing(2), 0x5a, 8192);
+  slots->fill(2, 8192);
+  EXPECT_EQ(slots->data(2)[8191], 0x5a);
+  EXPECT_EQ(slots->counters().bytes, 0u) << "no copy where slots are host memory";
+  EXPECT_NE(error_of([&] { be.alloc_expert_slots(2, 100); }).find("multiple of 4096"),
+            std::string::npos);
 }
 
 TEST(ExpertCacheArena, PinnedAndHeldSlotsAreNeverEvicted) {
@@ -520,6 +539,91 @@ TEST(ExpertCacheStreaming, AFailedReadIsAClearErrorAndTheExpertIsReadAgainNextTi
   EXPECT_EQ(run_layer(*h.source, 1, routing_of({2, 3}, 2)),
             (std::vector<std::vector<int32_t>>{{2}, {3}}));
   h.source->end_window();
+}
+
+// Slots whose memory is not where reads land, as on CUDA: each read lands in a buffer of its own
+// and fill() copies it into the slot, so a weight that pointed at a slot before its fill, or a
+// fill of a read that never landed, would show the wrong bytes.
+class CopyingSlots : public backend::ExpertSlots {
+ public:
+  CopyingSlots(size_t count, size_t bytes)
+      : bytes_(bytes), data_(count * bytes, 0xCD), landing_(count) {}
+  size_t count() const override { return landing_.size(); }
+  size_t slot_bytes() const override { return bytes_; }
+  const uint8_t* data(int32_t s) const override { return data_.data() + size_t(s) * bytes_; }
+  void* landing(int32_t s) override {
+    auto& l = landing_[size_t(s)];
+    if (l.empty()) l.assign(bytes_, 0xAB);
+    return l.data();
+  }
+  void fill(int32_t s, size_t n) override {
+    auto& l = landing_[size_t(s)];
+    EXPECT_FALSE(l.empty()) << "fill of slot " << s << " without a landed read";
+    EXPECT_NE(l[0], 0xAB) << "fill of slot " << s << " before its read landed";
+    std::memcpy(data_.data() + size_t(s) * bytes_, l.data(), n);
+    l.clear();
+    ++fills;
+  }
+  void discard(int32_t s) override {
+    landing_[size_t(s)].clear();
+    ++discards;
+  }
+  void recycle(int32_t) override { ++recycles; }
+  Counters counters() const override { return {uint64_t(fills) * bytes_, 0.5}; }
+
+  int fills = 0, discards = 0, recycles = 0;
+
+ private:
+  size_t bytes_;
+  std::vector<uint8_t> data_;
+  std::vector<std::vector<uint8_t>> landing_;
+};
+
+class CopyingBackend : public backend::CpuBackend {
+ public:
+  CopyingBackend() : CpuBackend(1) {}
+  std::unique_ptr<backend::ExpertSlots> alloc_expert_slots(size_t count, size_t bytes) override {
+    auto s = std::make_unique<CopyingSlots>(count, bytes);
+    slots = s.get();
+    return s;
+  }
+  CopyingSlots* slots = nullptr;
+};
+
+TEST(ExpertCacheStreaming, SlotsOfTheBackendGetEveryLandedReadFilledAndEveryReuseRecycled) {
+  CopyingBackend be;
+  const Layout l = tiny_layout();
+  auto owned_io = std::make_unique<MemoryIo>(l, 2, 8);
+  MemoryIo* io = owned_io.get();
+  StreamingOptions o;
+  o.budget_bytes = 4 * 4096;
+  o.reserve = 1;
+  o.backend = &be;
+  StreamingSource src(std::vector<Layout>{l, l}, 8, 4096, std::move(owned_io), o);
+  ASSERT_NE(be.slots, nullptr);
+  EXPECT_EQ(&src.slots(), be.slots);
+  // Windows that hit, miss, evict, read ahead, and fail a read: run_layer checks that every
+  // expert's weights show its own record's bytes, i.e. point at filled slot memory.
+  const std::vector<std::pair<int, std::vector<int32_t>>> layers = {
+      {0, {1, 2}}, {1, {3, 1}}, {0, {2, 5}}, {1, {6, 7}}, {0, {1, 4}}, {1, {3, 0}}};
+  for (size_t w = 0; w < layers.size(); ++w) {
+    src.begin_window();
+    run_layer(src, layers[w].first, routing_of(layers[w].second, 2));
+    src.read_ahead(1 - layers[w].first, routing_of({int32_t(w % 8), int32_t((w + 3) % 8)}, 2));
+    src.end_window();
+  }
+  io->corrupt.insert({0, 6});
+  src.begin_window();
+  EXPECT_NE(error_of([&] { run_layer(src, 0, routing_of({6, 2}, 2)); }).find("bad checksum"),
+            std::string::npos);
+  src.end_window();
+  const CacheStats s = *src.stats();
+  EXPECT_EQ(uint64_t(be.slots->fills) * 4096, s.bytes_read) << "every delivered record is filled";
+  EXPECT_GT(s.evictions, 0u);
+  EXPECT_GE(uint64_t(be.slots->recycles), s.evictions) << "an evicted slot is recycled first";
+  EXPECT_GT(be.slots->discards, 0) << "the failed read and cancelled read-ahead give back buffers";
+  EXPECT_EQ(s.h2d_bytes, s.bytes_read);
+  EXPECT_NE(s.summary().find(", H2D "), std::string::npos) << s.summary();
 }
 
 TEST(ExpertCacheStreaming, RejectsABudgetBelowOneRecordAndBadIds) {

@@ -279,6 +279,12 @@ TEST(StreamingModel, GenerationTelemetryReportsTheCacheOnlyWhenExpertsStream) {
   ASSERT_TRUE(r.telemetry.stall_ms_per_token);
   EXPECT_GE(*r.telemetry.stall_ms_per_token, 0.0);
   EXPECT_NE(decode::format_telemetry(r.telemetry).find("cache hit "), std::string::npos);
+  EXPECT_FALSE(r.telemetry.h2d_gb_per_s) << "host slots: no copies";
+  EXPECT_EQ(decode::format_telemetry(r.telemetry).find("h2d"), std::string::npos);
+  decode::Telemetry copied = r.telemetry;
+  copied.h2d_gb_per_s = 12.5;
+  EXPECT_NE(decode::format_telemetry(copied).find("ms/tok | h2d 12.5 GB/s"), std::string::npos)
+      << decode::format_telemetry(copied);
 }
 
 // Reads that finish in a shuffled order: each waits a pseudo-random 0..2 ms first.

@@ -1,8 +1,54 @@
 #include "backend/backend.h"
 
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "util/error.h"
+#include "util/progress.h"
 
 namespace strata::backend {
+
+namespace {
+
+class HostExpertSlots : public ExpertSlots {
+ public:
+  HostExpertSlots(size_t count, size_t slot_bytes) : count_(count), slot_bytes_(slot_bytes) {
+    if (count == 0 || slot_bytes == 0 || slot_bytes % 4096 != 0)
+      fail("expert slots: bad shape (", count, " slots of ", slot_bytes,
+           " bytes; a positive multiple of 4096 each)");
+    bytes_ = count * slot_bytes;
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+      fail("expert arena: cannot map ", format_bytes(bytes_), ": ", std::strerror(errno));
+    base_ = static_cast<uint8_t*>(p);
+  }
+  ~HostExpertSlots() override { munmap(base_, bytes_); }
+
+  size_t count() const override { return count_; }
+  size_t slot_bytes() const override { return slot_bytes_; }
+  const uint8_t* data(int32_t s) const override { return base_ + size_t(s) * slot_bytes_; }
+  void* landing(int32_t s) override { return base_ + size_t(s) * slot_bytes_; }
+  void fill(int32_t, size_t) override {}  // the read landed in place
+  void discard(int32_t) override {}
+  void recycle(int32_t) override {}  // host ops finish before the forward thread goes on
+
+ private:
+  size_t count_, slot_bytes_, bytes_ = 0;
+  uint8_t* base_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<ExpertSlots> make_host_expert_slots(size_t count, size_t slot_bytes) {
+  return std::make_unique<HostExpertSlots>(count, slot_bytes);
+}
+
+std::unique_ptr<ExpertSlots> Backend::alloc_expert_slots(size_t count, size_t slot_bytes) {
+  return make_host_expert_slots(count, slot_bytes);
+}
 
 Ids make_ids(Backend& be, std::span<const int32_t> host, int64_t rows, int64_t cols) {
   if (int64_t(host.size()) != rows * cols)

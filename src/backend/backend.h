@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -88,6 +90,46 @@ struct BackendCounters {
   uint64_t profiled_windows_discarded = 0;  // windows that read back mid-way (timings unusable)
 };
 
+// The expert cache's slot storage (experts/arena.h keeps the bookkeeping), owned by a backend:
+// `count` equal slots of `slot_bytes`, each holding one pack record whose parts the kernels read
+// as an expert's weights (CPU: host memory; CUDA: device memory). A record reaches a slot in two
+// steps: the pack read lands in landing(slot), host memory the reader writes with O_DIRECT (the
+// slot itself where slots are host memory, else a pinned staging buffer), then fill(slot, bytes)
+// makes those bytes the slot's content for every op queued after it (CUDA: a host-to-device copy
+// on a copy stream that the compute stream waits for). One caller thread, like the backend.
+class ExpertSlots {
+ public:
+  // Cumulative host-to-device copies (zero where slots are host memory).
+  struct Counters {
+    uint64_t bytes = 0;
+    double seconds = 0;  // copy-engine time, summed over the copies
+  };
+
+  virtual ~ExpertSlots() = default;
+  virtual size_t count() const = 0;
+  virtual size_t slot_bytes() const = 0;
+  // Backend memory of slot s: the base of its expert's Weight views.
+  virtual const uint8_t* data(int32_t slot) const = 0;
+  // Host memory (4 KiB-aligned, slot_bytes long) the read of slot s's next record lands in; the
+  // same buffer until fill(s) or discard(s), after which it is no longer the caller's (CUDA: the
+  // copy reads it until it ends).
+  virtual void* landing(int32_t slot) = 0;
+  // The read into landing(s) finished: its first `bytes` become slot s's content for ops queued
+  // after this call.
+  virtual void fill(int32_t slot, size_t bytes) = 0;
+  // The read into landing(s) was cancelled, failed or is not wanted: its buffer is free again.
+  virtual void discard(int32_t slot) = 0;
+  // Slot s will take another expert: ops queued before this call may still read its old bytes,
+  // and no later fill(s) may overwrite them before those ops are done.
+  virtual void recycle(int32_t slot) = 0;
+  virtual Counters counters() const { return {}; }
+};
+
+// Slots in host memory: one anonymous mapping (pages count towards RSS only once a record lands
+// in them); landing(s) is the slot itself and fill() has nothing to do. Throws strata::Error when
+// the mapping fails.
+std::unique_ptr<ExpertSlots> make_host_expert_slots(size_t count, size_t slot_bytes);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -116,6 +158,13 @@ class Backend {
   virtual void download_ids(const Ids& src, int32_t* host) = 0;
   // Makes a file tensor (2-D, or one [.., .., n] slice of a 3-D stack) usable as a Weight.
   virtual Weight weight(const gguf::TensorInfo& tensor, int64_t slice = 0) = 0;
+  // Storage for the expert cache's slots, usable as expert weights by moe_experts and
+  // moe_expert_outputs (the default: host memory, make_host_expert_slots). Throws strata::Error
+  // when the memory cannot be had.
+  virtual std::unique_ptr<ExpertSlots> alloc_expert_slots(size_t count, size_t slot_bytes);
+  // Free memory of the device expert slots live on (what the default expert budget is cut from);
+  // nullopt where slots are host memory.
+  virtual std::optional<uint64_t> expert_memory_free() const { return std::nullopt; }
 
   // y[r] = dequantized table row ids[r] (ids: y.rows values, in row-major order).
   virtual void get_rows(const Weight& table, const Ids& ids, Tensor y) = 0;

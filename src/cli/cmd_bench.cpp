@@ -111,6 +111,9 @@ nlohmann::ordered_json phase_json(int64_t tokens, double seconds, const std::opt
   // Urgent misses only, at the slot size (records are padded to it): what the forward waited for.
   j["bytes_missed_per_token"] = double(c.misses) * double(slot_bytes) * per_token;
   j["stall_ms_per_token"] = c.stall_seconds * 1e3 * per_token;
+  // Copies into device expert slots (CUDA), over the copy engine's time.
+  j["h2d_bytes"] = c.h2d_bytes;
+  j["h2d_gb_per_s"] = c.h2d_seconds > 0 ? double(c.h2d_bytes) / c.h2d_seconds / 1e9 : 0.0;
   j["read_ahead_accuracy"] = c.read_ahead_accuracy();
   j["read_ahead_skipped"] = c.read_ahead_skipped;
   j["evictions"] = c.evictions;

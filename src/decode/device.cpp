@@ -21,7 +21,7 @@ namespace {
 constexpr uint64_t kDeviceMargin = uint64_t(2) << 30;
 
 // Whether the model's experts would be streamed (a trunk-only GGUF, or a budget/pack asked
-// for): the expert cache fills host memory, so such a model runs on the CPU backend.
+// for): then only the trunk and the expert cache's budget take device memory.
 bool streams_experts(const gguf::Reader& reader, const experts::SourceOptions& o) {
   return !experts::has_expert_stacks(reader) || o.budget_bytes || !o.pack.empty();
 }
@@ -74,30 +74,41 @@ OpenedBackend open_backend(const DeviceSpec& device, int threads, const std::str
          ")");
 #ifdef STRATA_HAVE_CUDA
   const auto reader = gguf::Reader::open(model_path);
-  if (streams_experts(*reader, experts)) {
-    if (asked)
-      fail("--device cuda: this model's experts would stream from the .experts pack (a trunk-only "
-           "GGUF, or --expert-budget/--pack given), and streaming into GPU memory is not built "
-           "yet; run it with --device cpu");
-    return cpu(threads, "auto: the experts stream from the pack, which runs on the CPU");
+  // Streamed experts live in the device's expert cache (its budget: --expert-budget, else cut
+  // from the memory left once the trunk is up); only the trunk must fit beside it.
+  const bool streams = streams_experts(*reader, experts);
+  uint64_t weight_bytes = 0, expert_bytes = 0;
+  for (const auto& t : reader->tensors()) {
+    weight_bytes += t.nbytes;
+    if (t.name.ends_with("_exps.weight")) expert_bytes += t.nbytes;
   }
-  uint64_t weight_bytes = 0;
-  for (const auto& t : reader->tensors()) weight_bytes += t.nbytes;
+  const uint64_t resident_bytes = streams ? weight_bytes - expert_bytes : weight_bytes;
+  const uint64_t budget = streams ? experts.budget_bytes.value_or(0) : 0;
   const cuda::DeviceInfo info = cuda::query_device(device.index);
-  const uint64_t needed = weight_bytes + kDeviceMargin;
+  const uint64_t needed = resident_bytes + budget + kDeviceMargin;
   const std::string where = cat("cuda:", device.index, " (", info.name, ", ",
                                 format_bytes(info.free_bytes), " free of ",
                                 format_bytes(info.total_bytes), ")");
   if (needed > info.free_bytes) {
+    const std::string what =
+        streams ? cat(format_bytes(resident_bytes), " of trunk + ", format_bytes(budget),
+                      " of --expert-budget + ", format_bytes(kDeviceMargin),
+                      " for activations and caches")
+                : cat(format_bytes(weight_bytes), " of weights + ", format_bytes(kDeviceMargin),
+                      " for activations and caches");
     if (asked)
       fail("--device cuda: ", model_path, " needs ", format_bytes(needed), " of device memory (",
-           format_bytes(weight_bytes), " of weights + ", format_bytes(kDeviceMargin),
-           " for activations and caches) and ", where,
-           " has less; run it with --device cpu, where --expert-budget streams the experts");
+           what, ") and ", where, " has less; ",
+           streams ? "give a smaller --expert-budget, or run it with --device cpu"
+                   : "give --expert-budget to stream the experts from the pack (strata pack "
+                     "MODEL.gguf) into a device cache of that size, or run it with --device cpu");
     return cpu(threads, cat("auto: the model's ", format_bytes(needed), " do not fit ", where));
   }
   return {cuda::make_cuda_backend(device.index),
-          cat(where, "; model ", format_bytes(weight_bytes), asked ? "" : "; auto")};
+          cat(where, streams ? cat("; trunk ", format_bytes(resident_bytes),
+                                   ", experts streamed into device memory")
+                             : cat("; model ", format_bytes(weight_bytes)),
+              asked ? "" : "; auto")};
 #else
   fail("internal error: a CUDA device without the CUDA backend");
 #endif

@@ -1,6 +1,7 @@
 // Which compute backend a command runs a model on (`--device cpu|cuda[:N]|auto`), decided once
 // before the model loads and printed at start-up. auto takes the first CUDA device when there is
-// one and the model fits its free memory with its experts resident, else the CPU.
+// one and the model fits its free memory (with its experts resident, or the trunk alone when the
+// experts stream), else the CPU.
 #pragma once
 
 #include <memory>
@@ -29,9 +30,10 @@ struct OpenedBackend {
 };
 
 // The backend for the model at `model_path` with its experts placed as `experts` asks. Throws
-// strata::Error when CUDA is asked for and there is no such device, when the model does not fit
-// its free memory (naming the bytes needed and free, and the ways out), or when the experts
-// would stream (expert streaming runs on the CPU backend).
+// strata::Error when CUDA is asked for and there is no such device, or when the model does not
+// fit its free memory (naming the bytes needed and free, and the ways out). Experts that stream
+// (a trunk-only GGUF, --expert-budget or --pack) go into the device's expert cache: then only the
+// trunk, the budget given and a margin must fit.
 OpenedBackend open_backend(const DeviceSpec& device, int threads, const std::string& model_path,
                            const experts::SourceOptions& experts);
 

@@ -32,6 +32,8 @@ void fill_cache_telemetry(Telemetry& tm, const experts::CacheStats& d) {
   if (d.hits + d.misses > 0) tm.cache_hit_rate = d.hit_rate();
   if (tm.decode_seconds > 0) tm.ssd_gb_per_s = double(d.bytes_read) / tm.decode_seconds / 1e9;
   if (tm.decode_tokens > 0) tm.stall_ms_per_token = d.stall_seconds * 1e3 / double(tm.decode_tokens);
+  if (d.h2d_bytes > 0 && d.h2d_seconds > 0)
+    tm.h2d_gb_per_s = double(d.h2d_bytes) / d.h2d_seconds / 1e9;
 }
 
 void GenerateParams::validate() const {
@@ -62,6 +64,8 @@ std::string format_telemetry(const Telemetry& t) {
              number_or_dash(hit_percent, "%.1f%%"), " | ssd ",
              number_or_dash(t.ssd_gb_per_s, "%.2f"), " GB/s | stall ",
              number_or_dash(t.stall_ms_per_token, "%.1f"), " ms/tok",
+             t.h2d_gb_per_s ? " | h2d " + number_or_dash(t.h2d_gb_per_s, "%.1f") + " GB/s"
+                            : std::string(),
              t.spec ? " | " + spec::format_report(*t.spec) : std::string());
 }
 

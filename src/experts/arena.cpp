@@ -1,10 +1,7 @@
 #include "experts/arena.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -79,20 +76,9 @@ Arena::Arena(const Options& o)
     fail("expert arena: a reserve of ", reserve_, " slots leaves none of the ", n_slots_,
          " for experts");
   if (n_slots_ > size_t(INT32_MAX)) fail("expert arena: ", n_slots_, " slots is too many");
-  mapped_bytes_ = n_slots_ * slot_bytes_;
-  // Anonymous memory: pages count towards RSS only once a record lands in them.
-  void* p = mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED)
-    fail("expert arena: cannot map ", format_bytes(mapped_bytes_), ": ", std::strerror(errno));
-  base_ = static_cast<uint8_t*>(p);
   smap_.assign(size_t(n_layers_) * size_t(n_experts_), kMiss);
   slots_.resize(n_slots_);
   for (size_t s = 0; s < n_slots_; ++s) free_.push_back(int32_t(s));
-}
-
-Arena::~Arena() {
-  if (base_) munmap(base_, mapped_bytes_);
 }
 
 size_t Arena::index(int layer, int expert) const {

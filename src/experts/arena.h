@@ -1,6 +1,8 @@
-// The expert arena: a fixed byte budget of host memory cut into equal slots, each able to hold
-// one pack record, and the bookkeeping of which (layer, expert) sits in which slot (docs/DESIGN.md,
-// "Expert arena, tiers and I/O"; docs/EXPERT_CACHE.md).
+// The expert arena: the bookkeeping of a fixed byte budget cut into equal slots, each able to hold
+// one pack record: which (layer, expert) sits in which slot (docs/DESIGN.md, "Expert arena, tiers
+// and I/O"; docs/EXPERT_CACHE.md). The slots' memory belongs to the backend
+// (backend::ExpertSlots: host memory on the CPU, device memory on CUDA); this bookkeeping is the
+// same for every backend.
 //
 // - smap[layer][expert] = slot or kMiss: the table the kernels' weights are built from.
 // - LRU over the resident, unpinned slots; a pinned hot set that is never evicted; "held" slots
@@ -13,8 +15,7 @@
 // - `reserve` slots are kept out of the LRU's reach (free or in limbo) once the arena is full, so
 //   a window's misses usually take slots freed in earlier windows.
 //
-// Bookkeeping only: no I/O. The memory is one anonymous mapping, 4 KiB-aligned slots, touched
-// (and so counted in RSS) only as slots are first filled.
+// Bookkeeping only: no I/O and no memory of its own.
 #pragma once
 
 #include <cstddef>
@@ -53,9 +54,8 @@ class Arena {
     size_t n_slots = 0;
     size_t reserve = 0;  // < n_slots
   };
-  // Throws strata::Error on a bad shape or when the memory cannot be mapped.
+  // Throws strata::Error on a bad shape.
   explicit Arena(const Options& options);
-  ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
@@ -66,7 +66,6 @@ class Arena {
   size_t n_slots() const { return n_slots_; }
   size_t slot_bytes() const { return slot_bytes_; }
   size_t reserve() const { return reserve_; }
-  uint8_t* slot_data(int32_t slot) const { return base_ + size_t(slot) * slot_bytes_; }
 
   int32_t slot_of(int layer, int expert) const { return smap_[index(layer, expert)]; }
   ExpertKey key_of(int32_t slot) const { return slots_[size_t(slot)].key; }
@@ -119,8 +118,6 @@ class Arena {
 
   int n_layers_, n_experts_;
   size_t slot_bytes_, n_slots_, reserve_;
-  uint8_t* base_ = nullptr;
-  size_t mapped_bytes_ = 0;
   std::vector<int32_t> smap_;
   std::vector<Slot> slots_;
   int32_t lru_head_ = kMiss, lru_tail_ = kMiss;  // head: most recently used

@@ -72,20 +72,27 @@ CacheStats CacheStats::since(const CacheStats& e) const {
   d.chunked_layers = chunked_layers - e.chunked_layers;
   d.evictions = evictions - e.evictions;
   d.early_retirements = early_retirements - e.early_retirements;
+  d.h2d_bytes = h2d_bytes - e.h2d_bytes;
+  d.h2d_seconds = h2d_seconds - e.h2d_seconds;
   return d;
 }
 
 std::string CacheStats::summary() const {
-  char buf[320];
+  char h2d[96] = "";
+  if (h2d_bytes > 0)
+    std::snprintf(h2d, sizeof h2d, ", H2D %.1f MB at %.2f GB/s", double(h2d_bytes) / 1e6,
+                  h2d_seconds > 0 ? double(h2d_bytes) / h2d_seconds / 1e9 : 0.0);
+  char buf[420];
   std::snprintf(
       buf, sizeof buf,
       "expert cache: %llu hits, %llu misses (%.1f%%), %.1f MB read at %.2f GB/s, stall "
       "%.1f ms, read-ahead %llu reads guessed %.1f%% of routed experts (%llu guesses not "
-      "read), %llu chunked layers, %llu evictions",
+      "read), %llu chunked layers%s, %llu evictions",
       (unsigned long long)hits, (unsigned long long)misses, hit_rate() * 100.0,
       double(bytes_read) / 1e6, read_seconds > 0 ? double(bytes_read) / read_seconds / 1e9 : 0.0,
       stall_seconds * 1e3, (unsigned long long)read_ahead_reads, read_ahead_accuracy() * 100.0,
-      (unsigned long long)read_ahead_skipped, (unsigned long long)chunked_layers, (unsigned long long)evictions);
+      (unsigned long long)read_ahead_skipped, (unsigned long long)chunked_layers, h2d,
+      (unsigned long long)evictions);
   return buf;
 }
 
@@ -101,18 +108,37 @@ namespace {
 // --expert-budget itself.
 constexpr uint64_t kMinDefaultBudget = uint64_t(512) << 20;
 
-OpenedSource streamed(std::unique_ptr<Pack> pack, uint64_t trunk_bytes, const SourceOptions& o) {
+// The default budget where slots are device memory: its free memory (the trunk is uploaded by
+// then) less a margin for activations, the KV cache, graphs and the copy staging.
+uint64_t default_device_budget(uint64_t free_bytes) {
+  const uint64_t margin = std::max<uint64_t>(uint64_t(2) << 30, free_bytes / 20);
+  return free_bytes > margin ? free_bytes - margin : 0;
+}
+
+OpenedSource streamed(std::unique_ptr<Pack> pack, uint64_t trunk_bytes, backend::Backend& backend,
+                      const SourceOptions& o) {
   StreamingOptions so;
-  so.budget_bytes =
-      o.budget_bytes.value_or(std::max(default_expert_budget(trunk_bytes), kMinDefaultBudget));
+  const std::optional<uint64_t> device_free = backend.expert_memory_free();
+  std::string budget_note;
+  if (o.budget_bytes) {
+    so.budget_bytes = *o.budget_bytes;
+  } else if (device_free) {
+    so.budget_bytes = std::max(default_device_budget(*device_free), kMinDefaultBudget);
+    budget_note = cat(" (default: ", format_bytes(*device_free), " free on the ", backend.name(),
+                      " device less a margin)");
+  } else {
+    so.budget_bytes = std::max(default_expert_budget(trunk_bytes), kMinDefaultBudget);
+  }
+  so.backend = &backend;
   so.read_ahead = o.read_ahead;
   so.reader.wrap = o.io_wrapper;
   const std::string path = pack->path();
   auto source = std::make_unique<StreamingSource>(std::move(pack), so);
   const Arena& a = source->arena();
   return {std::move(source),
-          cat("streamed from ", path, ", budget ", format_bytes(so.budget_bytes), " (",
-              a.n_slots(), " slots of ", format_bytes(a.slot_bytes()), ", read-ahead ",
+          cat("streamed from ", path, device_free ? cat(" into ", backend.name(), " memory") : "",
+              ", budget ", format_bytes(so.budget_bytes), budget_note, " (", a.n_slots(),
+              " slots of ", format_bytes(a.slot_bytes()), ", read-ahead ",
               o.read_ahead ? "on" : "off", ")")};
 }
 
@@ -127,10 +153,10 @@ OpenedSource open_expert_source(const gguf::Reader& reader, const model::ModelCo
   }
   const uint64_t trunk_bytes = all_bytes - expert_bytes;
   if (!has_expert_stacks(reader) || o.budget_bytes || !o.pack.empty())
-    return streamed(open_model_pack(reader, c, o.pack), trunk_bytes, o);
+    return streamed(open_model_pack(reader, c, o.pack), trunk_bytes, backend, o);
   const bool fits = expert_bytes <= std::max(default_expert_budget(trunk_bytes), kMinDefaultBudget);
   if (!fits && std::filesystem::exists(pack_path_for(reader)))
-    return streamed(open_model_pack(reader, c), trunk_bytes, o);
+    return streamed(open_model_pack(reader, c), trunk_bytes, backend, o);
   return {make_mapped_source(reader, c, backend), "mapped from the GGUF"};
 }
 

@@ -39,6 +39,8 @@ struct CacheStats {
   uint64_t chunked_layers = 0;        // layer windows computed in more than one group
   uint64_t evictions = 0;
   uint64_t early_retirements = 0;  // limbo retired before the window boundary (over budget)
+  uint64_t h2d_bytes = 0;          // record bytes copied into device slots (0: host slots)
+  double h2d_seconds = 0;          // copy-engine time of those copies
 
   double hit_rate() const;             // 0..1, 0 without lookups
   double read_ahead_accuracy() const;  // read_ahead_predicted / read_ahead_routed

@@ -18,6 +18,8 @@ using Clock = std::chrono::steady_clock;
 constexpr double kReadAheadDecay = 0.98;
 constexpr double kReadAheadWarmup = 64;
 constexpr double kReadAheadMinAccuracy = 0.25;
+// Start-up pins whose reads are in flight at once.
+constexpr size_t kPinBatch = 64;
 
 class ReaderIo : public RecordIo {
  public:
@@ -94,6 +96,8 @@ StreamingSource::StreamingSource(std::vector<Layout> layouts, int n_experts,
   const size_t n_slots = size_t(std::min(o.budget_bytes / slot, records));
   arena_ = std::make_unique<Arena>(Arena::Options{int(layouts_.size()), n_experts_, size_t(slot),
                                                   n_slots, o.reserve.value_or(n_slots / 32)});
+  slots_ = o.backend ? o.backend->alloc_expert_slots(n_slots, arena_->slot_bytes())
+                     : backend::make_host_expert_slots(n_slots, arena_->slot_bytes());
   io_ = std::move(io);
   pending_.assign(n_slots, 0);
   unseen_.assign(n_slots, 0);
@@ -113,17 +117,20 @@ StreamingSource::~StreamingSource() {
 }
 
 void StreamingSource::settle(int32_t s) {
+  slots_->recycle(s);
   const RecordIo::Id id = pending_[size_t(s)];
   if (id == 0) return;
   pending_[size_t(s)] = 0;
   unseen_[size_t(s)] = 0;
-  if (io_->cancel(id)) return;
-  try {
-    io_->wait(id);
-  } catch (const Error&) {
-    // A read-ahead whose expert was evicted unused: its failure reaches nobody. The record is
-    // read again, and its error reported, if a window ever routes to it.
+  if (!io_->cancel(id)) {
+    try {
+      io_->wait(id);
+    } catch (const Error&) {
+      // A read-ahead whose expert was evicted unused: its failure reaches nobody. The record is
+      // read again, and its error reported, if a window ever routes to it.
+    }
   }
+  slots_->discard(s);
 }
 
 void StreamingSource::finish_read(int32_t s, int layer, int expert) {
@@ -141,14 +148,16 @@ void StreamingSource::finish_read(int32_t s, int layer, int expert) {
       // A read nobody waited for when it failed (a read-ahead, or a read a failed window left
       // behind): the fault may have cleared or the file been repaired since. Read it again now,
       // as the miss it has become, and report only that read's failure.
-      pending_[size_t(s)] = io_->submit(layer, expert, arena_->slot_data(s), Priority::Urgent);
+      pending_[size_t(s)] = io_->submit(layer, expert, slots_->landing(s), Priority::Urgent);
       finish_read(s, layer, expert);
       return;
     }
+    slots_->discard(s);
     arena_->drop(s);
     throw;
   }
   stats_.stall_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  slots_->fill(s, size_t(layouts_[size_t(layer)].record_bytes));
 }
 
 void StreamingSource::begin_window() { guess_layer_ = -1; }
@@ -190,7 +199,7 @@ void StreamingSource::start(int il, std::span<const int32_t> ids) {
       s = arena_->assign(il, e, settle_fn_);
       if (s == Arena::kMiss)
         fail("internal error: expert cache has no slot for layer ", il, " expert ", e);
-      pending_[size_t(s)] = io_->submit(il, e, arena_->slot_data(s), Priority::Urgent);
+      pending_[size_t(s)] = io_->submit(il, e, slots_->landing(s), Priority::Urgent);
     }
     arena_->hold(s);
   }
@@ -200,7 +209,7 @@ void StreamingSource::run(int il, std::span<const int32_t> ids, bool whole, cons
   for (int32_t e : ids) finish_read(arena_->slot_of(il, e), il, e);
   const Layout& layout = layouts_[size_t(il)];
   for (int32_t e : ids)
-    weights_[size_t(e)] = layout.weights(arena_->slot_data(arena_->slot_of(il, e)));
+    weights_[size_t(e)] = layout.weights(slots_->data(arena_->slot_of(il, e)));
   fn({weights_, ids, whole});
   for (int32_t e : ids) weights_[size_t(e)] = {};
 }
@@ -293,7 +302,7 @@ void StreamingSource::read_ahead(int il, const backend::Routing& guess) {
   for (int32_t e : missing) {
     const int32_t s = arena_->assign(il, e, settle_fn_);
     if (s == Arena::kMiss) return;
-    pending_[size_t(s)] = io_->submit(il, e, arena_->slot_data(s), Priority::ReadAhead);
+    pending_[size_t(s)] = io_->submit(il, e, slots_->landing(s), Priority::ReadAhead);
     unseen_[size_t(s)] = 1;
     ++stats_.read_ahead_reads;
   }
@@ -314,6 +323,13 @@ size_t StreamingSource::pin(std::span<const ExpertKey> ranked, size_t max_pins) 
     Arena& arena;
     ~Release() { arena.release_holds(); }
   } release{*arena_};
+  // Reads are waited for in batches, so that no more than a batch of landing buffers (pinned
+  // host memory where the slots are device memory) is ever in use for them.
+  size_t finished = 0;
+  auto finish_loaded = [&] {
+    for (; finished < loaded.size(); ++finished)
+      finish_read(loaded[finished], loaded_keys[finished].layer, loaded_keys[finished].expert);
+  };
   for (const ExpertKey& k : ranked) {
     if (loaded.size() >= limit) break;
     if (k.layer < 0 || size_t(k.layer) >= layouts_.size() || k.expert < 0 || k.expert >= n_experts_)
@@ -324,14 +340,14 @@ size_t StreamingSource::pin(std::span<const ExpertKey> ranked, size_t max_pins) 
     if (s == Arena::kMiss) {
       s = arena_->assign(k.layer, k.expert, settle_fn_);
       if (s == Arena::kMiss) break;
-      pending_[size_t(s)] = io_->submit(k.layer, k.expert, arena_->slot_data(s), Priority::Urgent);
+      pending_[size_t(s)] = io_->submit(k.layer, k.expert, slots_->landing(s), Priority::Urgent);
     }
     arena_->hold(s);
     loaded.push_back(s);
     loaded_keys.push_back(k);
+    if (loaded.size() - finished >= kPinBatch) finish_loaded();
   }
-  for (size_t i = 0; i < loaded.size(); ++i)
-    finish_read(loaded[i], loaded_keys[i].layer, loaded_keys[i].expert);
+  finish_loaded();
   for (int32_t s : loaded) arena_->pin(s);
   publish(false);
   return loaded.size();
@@ -344,6 +360,9 @@ std::optional<CacheStats> StreamingSource::stats() const {
   s.read_seconds = c.busy_seconds;
   s.evictions = arena_->evictions();
   s.early_retirements = arena_->early_retirements();
+  const backend::ExpertSlots::Counters copies = slots_->counters();
+  s.h2d_bytes = copies.bytes;
+  s.h2d_seconds = copies.seconds;
   return s;
 }
 

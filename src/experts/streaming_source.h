@@ -55,6 +55,9 @@ std::unique_ptr<RecordIo> make_reader_io(const Pack& pack, const ReaderOptions& 
 
 struct StreamingOptions {
   uint64_t budget_bytes = 0;  // the arena; at least one record
+  // Whose memory the slots are (Backend::alloc_expert_slots; it must outlive the source); null:
+  // host memory (backend::make_host_expert_slots).
+  backend::Backend* backend = nullptr;
   bool read_ahead = true;
   // Slots kept free or in limbo once the arena is full; default n_slots / 32.
   std::optional<size_t> reserve;
@@ -86,6 +89,7 @@ class StreamingSource : public ExpertSource {
   size_t pin(std::span<const ExpertKey> ranked, size_t max_pins);
 
   const Arena& arena() const { return *arena_; }
+  const backend::ExpertSlots& slots() const { return *slots_; }
 
  private:
   void settle(int32_t slot);
@@ -105,7 +109,8 @@ class StreamingSource : public ExpertSource {
   int n_experts_;
   bool read_ahead_;
   std::unique_ptr<Arena> arena_;
-  std::unique_ptr<RecordIo> io_;  // destroyed first: its reads into the arena end before it goes
+  std::unique_ptr<backend::ExpertSlots> slots_;  // outlives io_: reads land in its buffers
+  std::unique_ptr<RecordIo> io_;  // destroyed first: its reads into the slots end before they go
   std::vector<RecordIo::Id> pending_;  // per slot: the read still writing into it, or 0
   std::vector<uint8_t> unseen_;        // per slot: that read's failure would reach nobody yet
   Arena::Settle settle_fn_;

@@ -187,6 +187,10 @@ class CudaBackend : public Backend {
   void download_ids(const Ids& src, int32_t* host) override;
   // Uploads the whole file tensor on first use (a 3-D stack once, its slices pointing into it).
   Weight weight(const gguf::TensorInfo& tensor, int64_t slice = 0) override;
+  // Expert cache slots in device memory, filled by copies from pinned buffers on a copy stream
+  // (expert_slots.cpp).
+  std::unique_ptr<ExpertSlots> alloc_expert_slots(size_t count, size_t slot_bytes) override;
+  std::optional<uint64_t> expert_memory_free() const override;
 
   void get_rows(const Weight& table, const Ids& ids, Tensor y) override;
   void matmul(const Weight& w, const Tensor& x, Tensor y) override;
