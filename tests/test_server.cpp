@@ -434,6 +434,30 @@ TEST_F(ServerLoopback, SlowClientsGetA408) {
   EXPECT_EQ(metrics().at("strata_requests_total{endpoint=\"/v1/chat/completions\",status=\"408\"}"), 1);
 }
 
+// A client that opens its connection and takes longer than the keep-alive second to send its
+// request (a loaded machine, a slow start) still gets its answer: the wait for a connection's
+// first request is that of a request, --read-timeout. (Closing it after the keep-alive timeout
+// dropped the request unanswered: the flake hunt saw node's fetch fail so.)
+TEST_F(ServerLoopback, ANewConnectionMayTakeMoreThanTheKeepAliveToSendItsRequest) {
+  start();
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the 1 s keep-alive
+  const std::string request = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), ssize_t(request.size()));
+  timeval tv{60, 0};  // a bound on a hang, not a timing claim
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string received;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) received.append(buf, size_t(n));
+  ::close(fd);
+  EXPECT_EQ(received.rfind("HTTP/1.1 200", 0), 0u) << received;
+}
+
 // Hostile bodies over HTTP: each gets its 4xx and the server serves the next request.
 TEST_F(ServerLoopback, HostileRequestsGet4xx) {
   start();

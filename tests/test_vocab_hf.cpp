@@ -192,5 +192,33 @@ TEST(HfTokenizerJson, MalformedFilesNameFileAndField) {
   expect(broken([](auto& t) { t["added_tokens"] = 3; }), "added_tokens: expected an array");
 }
 
+// Found by fuzz_tokenizer_json: a pre_tokenizer whose "type" is not a string threw nlohmann's
+// type_error out of the loader (the fuzzer's input had it inside a Sequence); likewise a
+// tokenizer_config.json template's "name". Each is now an error naming the field, and Sequences
+// nest at most 16 deep.
+TEST(HfTokenizerJson, PreTokenizerFieldsOfTheWrongKindNameTheField) {
+  TempDir dir;
+  auto t = small_tokenizer();
+  t["pre_tokenizer"] = nlohmann::json::parse(R"({"type": "Sequence", "pretokenizers": [
+      {"type": 172, "pattern": {"Regex": "\\s+"}}, {"type": "ByteLevel"}]})");
+  std::string err = load_error(dir.file("tokenizer.json", t.dump()));
+  EXPECT_NE(err.find("tokenizer.json: pre_tokenizer.pretokenizers[0].type: expected a string, found number"),
+            std::string::npos) << err;
+
+  t["pre_tokenizer"] = {{"type", "ByteLevel"}};
+  for (int i = 0; i < 17; ++i) t["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {t["pre_tokenizer"]}}};
+  err = load_error(dir.file("tokenizer.json", t.dump()));
+  EXPECT_NE(err.find("Sequences nest more than 16 deep"), std::string::npos) << err;
+  t["pre_tokenizer"] = t["pre_tokenizer"]["pretokenizers"][0];  // 16 deep is fine
+  EXPECT_EQ(load_hf_tokenizer_json(dir.file("tokenizer.json", t.dump())).pre, "default");
+
+  t = small_tokenizer();
+  const std::string path = dir.file("tokenizer.json", t.dump());
+  dir.file("tokenizer_config.json", R"({"chat_template": [{"name": "x", "template": "T"}, {"name": 5, "template": "D"}]})");
+  err = load_error(path);
+  EXPECT_NE(err.find("tokenizer_config.json: chat_template[1].name: expected a string, found number"),
+            std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace strata::tokenizer

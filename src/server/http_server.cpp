@@ -164,8 +164,8 @@ bool HttpServer::request_timed_out() { return t_connection && t_connection->time
 
 bool HttpServer::client_connected() { return !t_connection || t_connection->peer_open(); }
 
-bool HttpServer::await_request(socket_t sock) const {
-  const auto until = Clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
+bool HttpServer::await_request(socket_t sock, Clock::duration wait) const {
+  const auto until = Clock::now() + wait;
   // In slices, so a stopping server lets idle connections go at once.
   while (svr_sock_ != INVALID_SOCKET) {
     const auto slice = std::min(until, Clock::now() + std::chrono::milliseconds(100));
@@ -189,8 +189,14 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
                               std::chrono::microseconds(write_timeout_usec_));
   t_connection = &stream;
   bool ok = true;
-  for (size_t left = keep_alive_max_count_; left > 0 && (stream.buffered() || await_request(sock));
-       --left) {
+  // A connection the client has just opened carries a request on its way: its first byte may take
+  // as long as a request may (a client on a loaded machine can take more than the keep-alive
+  // second to write it, and closing then drops the request unanswered). Between requests, the
+  // keep-alive timeout.
+  Clock::duration wait = request_read_timeout_;
+  for (size_t left = keep_alive_max_count_;
+       left > 0 && (stream.buffered() || await_request(sock, wait)); --left) {
+    wait = std::chrono::seconds(keep_alive_timeout_sec_);
     stream.start_request(Clock::now() + request_read_timeout_);
     bool closed = false;
     ok = process_request(stream, left == 1, closed, nullptr);

@@ -3,8 +3,9 @@
 // alone bounds each read (a client that sends one byte a second never trips it, and holds one of
 // the server's threads for as long as it likes); here the request line, headers and body must all
 // arrive within `request_read_timeout` of the request's first byte, else the client gets a 408
-// (or, inside the request line, a closed connection). An idle keep-alive connection is closed
-// after the keep-alive timeout, and a write waits at most the write timeout.
+// (or, inside the request line, a closed connection). A new connection's first request may take
+// the same time to begin; an idle keep-alive connection is closed after the keep-alive timeout,
+// and a write waits at most the write timeout.
 #pragma once
 
 #include <chrono>
@@ -33,9 +34,9 @@ class HttpServer : public httplib::Server {
 
  private:
   bool process_and_close_socket(socket_t sock) override;
-  // Waits until the client sends the next request's first byte: false when the keep-alive
-  // timeout passes first, the client closes, or the server stops.
-  bool await_request(socket_t sock) const;
+  // Waits until the client sends the next request's first byte: false when `wait` passes first,
+  // the client closes, or the server stops.
+  bool await_request(socket_t sock, std::chrono::steady_clock::duration wait) const;
 
   std::chrono::milliseconds request_read_timeout_;
 };

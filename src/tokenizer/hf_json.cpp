@@ -63,17 +63,35 @@ bool looks_special(const std::string& t) {
   return t.size() >= 4 && t.compare(0, 2, "<|") == 0 && t.compare(t.size() - 2, 2, "|>") == 0;
 }
 
+// An optional string member, "" when absent; any other kind is an error naming `field`.
+std::string optional_string(const json& obj, const char* key, const std::string& path,
+                            const std::string& field) {
+  const auto it = obj.find(key);
+  if (it == obj.end()) return "";
+  if (!it->is_string()) fail(path, ": ", field, ".", key, ": expected a string, found ", kind(*it));
+  return it->get<std::string>();
+}
+
+// Sequences nest this deep at most (real files nest one), so a hostile file cannot recurse the
+// stack away.
+constexpr int kMaxPreTokenizerDepth = 16;
+
 // The Split regex of a pre_tokenizer (possibly inside a Sequence), empty if there is none.
-std::string split_regex(const json& pre) {
+std::string split_regex(const json& pre, const std::string& path, const std::string& field,
+                        int depth = 0) {
   if (!pre.is_object()) return "";
-  if (pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
-      pre["pretokenizers"].is_array()) {
-    for (const json& p : pre["pretokenizers"])
-      if (std::string r = split_regex(p); !r.empty()) return r;
+  const std::string type = optional_string(pre, "type", path, field);
+  if (type == "Sequence" && pre.contains("pretokenizers") && pre["pretokenizers"].is_array()) {
+    if (depth == kMaxPreTokenizerDepth)
+      fail(path, ": ", field, ": Sequences nest more than ", kMaxPreTokenizerDepth, " deep");
+    const json& steps = pre["pretokenizers"];
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (std::string r = split_regex(steps[i], path, cat(field, ".pretokenizers[", i, "]"), depth + 1);
+          !r.empty())
+        return r;
     return "";
   }
-  if (pre.value("type", "") != "Split" || !pre.contains("pattern") || !pre["pattern"].is_object())
-    return "";
+  if (type != "Split" || !pre.contains("pattern") || !pre["pattern"].is_object()) return "";
   const json& pattern = pre["pattern"];
   return pattern.contains("Regex") && pattern["Regex"].is_string() ? pattern["Regex"].get<std::string>()
                                                                     : "";
@@ -115,10 +133,12 @@ void apply_config(Vocab& v, const std::string& path) {
       v.chat_template = it->get<std::string>();
     } else if (it->is_array()) {
       // Several named templates: [{"name": "default", "template": "..."}, ...].
-      for (const json& t : *it) {
+      for (size_t i = 0; i < it->size(); ++i) {
+        const json& t = (*it)[i];
         if (!t.is_object() || !t.contains("template") || !t["template"].is_string())
           fail(path, ": chat_template: expected {\"name\": ..., \"template\": \"...\"} entries");
-        if (v.chat_template.empty() || t.value("name", "") == "default")
+        if (v.chat_template.empty() ||
+            optional_string(t, "name", path, cat("chat_template[", i, "]")) == "default")
           v.chat_template = t["template"].get<std::string>();
       }
     } else {
@@ -198,7 +218,8 @@ Vocab vocab_from(const json& root, const std::string& path) {
     }
   }
 
-  const std::string regex = root.contains("pre_tokenizer") ? split_regex(root["pre_tokenizer"]) : "";
+  const std::string regex =
+      root.contains("pre_tokenizer") ? split_regex(root["pre_tokenizer"], path, "pre_tokenizer") : "";
   v.pre = regex == kQwen2Regex ? std::string(kPreQwen2)
           : regex == kQwen35Regex ? std::string(kPreQwen35)
                                   : std::string("default");
