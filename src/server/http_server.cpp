@@ -164,6 +164,8 @@ bool HttpServer::request_timed_out() { return t_connection && t_connection->time
 
 bool HttpServer::client_connected() { return !t_connection || t_connection->peer_open(); }
 
+bool HttpServer::deepen_backlog() { return ::listen(svr_sock_, SOMAXCONN) == 0; }
+
 bool HttpServer::await_request(socket_t sock, Clock::duration wait) const {
   const auto until = Clock::now() + wait;
   // In slices, so a stopping server lets idle connections go at once.

@@ -21,6 +21,13 @@ class HttpServer : public httplib::Server {
   explicit HttpServer(std::chrono::milliseconds request_read_timeout)
       : request_read_timeout_(request_read_timeout) {}
 
+  // Lengthens the bound socket's queue of connections not yet accepted to the system's maximum.
+  // httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when the library was
+  // built): a burst of more new connections while the accepting thread waits for a core (a loaded
+  // machine) has the rest dropped by the kernel and retried a second or more later. False when
+  // listen() fails.
+  bool deepen_backlog();
+
   // Runs `bytes` as one connection's input through the same parsing, limits, handlers and routes a
   // socket gets (fuzzing and tests); returns everything the server wrote back.
   std::string serve_bytes(std::string_view bytes);

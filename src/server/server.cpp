@@ -4,6 +4,8 @@
 
 #include <arpa/inet.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -239,6 +241,8 @@ int Server::bind() {
   if (port < 0)
     fail("cannot listen on ", options_.host, ":", options_.port,
          " (in use, or not an address of this machine)");
+  if (!svr.deepen_backlog())
+    fail("cannot listen on ", options_.host, ":", port, ": ", std::strerror(errno));
   return port;
 }
 
