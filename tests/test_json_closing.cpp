@@ -89,7 +89,9 @@ TEST(JsonClosing, CountIsTheExactShortestCompletion) {
             next.emplace_back(char(byte), std::move(f));
           }
         }
-        if (rest > 0) ASSERT_TRUE(lowered) << c.name << " after " << show(text);
+        if (rest > 0) {
+          ASSERT_TRUE(lowered) << c.name << " after " << show(text);
+        }
         if (next.empty() || (rest == 0 && rng.below(4) == 0)) break;
         auto& [byte, chosen] = next[rng.below(uint32_t(next.size()))];
         text += byte;

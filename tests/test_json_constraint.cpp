@@ -158,7 +158,7 @@ TEST(JsonConstraintAutomaton, AnyObjectFollowsJsonSyntax) {
   // Between two tokens: nothing, one space, or one newline and at most 20 spaces or tabs.
   EXPECT_TRUE(accepts(g, "{\n" + std::string(20, ' ') + "}"));
   EXPECT_TRUE(accepts(g, " {\n\t\t\"a\": 1,\n\t\t\"b\" : [ 2 ]\n}\n"));
-  for (const std::string bad : {"{\n" + std::string(21, ' ') + "}", std::string("{  }"), std::string("{\n\n}"),
+  for (const std::string& bad : {"{\n" + std::string(21, ' ') + "}", std::string("{  }"), std::string("{\n\n}"),
                                 std::string("{\t}"), std::string("{\r\n}"), std::string("{} \n"),
                                 std::string("{\"a\":1 \n}")})
     EXPECT_FALSE(accepts(g, bad)) << bad;
