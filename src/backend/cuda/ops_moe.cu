@@ -296,6 +296,20 @@ __global__ void __launch_bounds__(32)
 
 }  // namespace
 
+namespace {
+
+// x in each activation layout the experts' gate/up read (buf.x_act), except where x itself is used.
+void quantize_x_layouts(const DeviceContext& ctx, const Tensor& x, const MoeBuffers& buf) {
+  for (int a = 0; a < 3; ++a)
+    if (buf.x_act[a] && buf.x_act[a] != x.data)
+      launch_quantize_act(ctx, a == int(ActQuant::Q8_K)   ? quant::ActFormat::Q8_K
+                               : a == int(ActQuant::Q8_0) ? quant::ActFormat::Q8_0
+                                                          : quant::ActFormat::F32,
+                          x, buf.x_act[a]);
+}
+
+}  // namespace
+
 void launch_moe_expert_outputs(const DeviceContext& ctx, const ExpertEntry* table,
                                int64_t n_experts, const int32_t* expert_ids, int64_t top_k,
                                const int32_t* listed, int64_t n_listed, const Tensor& x,
@@ -306,12 +320,7 @@ void launch_moe_expert_outputs(const DeviceContext& ctx, const ExpertEntry* tabl
   moe_group_kernel<<<1, kGroupThreads, 0, ctx.stream>>>(expert_ids, listed, n_listed, n_experts,
                                                         buf);
   STRATA_CUDA_CHECK_LAUNCH("moe_group_kernel");
-  for (int a = 0; a < 3; ++a)
-    if (buf.x_act[a] && buf.x_act[a] != x.data)
-      launch_quantize_act(ctx, a == int(ActQuant::Q8_K)   ? quant::ActFormat::Q8_K
-                               : a == int(ActQuant::Q8_0) ? quant::ActFormat::Q8_0
-                                                          : quant::ActFormat::F32,
-                          x, buf.x_act[a]);
+  quantize_x_layouts(ctx, x, buf);
   const int64_t slots = n_listed < n_experts ? n_listed : n_experts;
   const unsigned grid_y = unsigned(slots < 65535 ? slots : 65535);
   for (int i = 0; i < n_gate_up_types; ++i) {
@@ -353,12 +362,7 @@ void launch_moe_experts_by_pair(const DeviceContext& ctx, const ExpertEntry* tab
                                 const MoeBuffers& buf, Tensor y) {
   const int64_t n_pairs = x.rows * top_k;
   if (n_pairs == 0) return;
-  for (int a = 0; a < 3; ++a)
-    if (buf.x_act[a] && buf.x_act[a] != x.data)
-      launch_quantize_act(ctx, a == int(ActQuant::Q8_K)   ? quant::ActFormat::Q8_K
-                               : a == int(ActQuant::Q8_0) ? quant::ActFormat::Q8_0
-                                                          : quant::ActFormat::F32,
-                          x, buf.x_act[a]);
+  quantize_x_layouts(ctx, x, buf);
   const unsigned grid_y = unsigned(n_pairs < 65535 ? n_pairs : 65535);
   for (int i = 0; i < n_gate_up_types; ++i) {
     visit_decoder(gate_up_types[i], [&](auto decoder) {
