@@ -127,11 +127,16 @@ TEST(CudaOpProfile, TimesEveryOpAndKeepsTheBits) {
   ASSERT_EQ(setenv("STRATA_CUDA_PROFILE", "1", 1), 0);
   backend::CudaBackend profiled(0);
   ASSERT_EQ(unsetenv("STRATA_CUDA_PROFILE"), 0);
+  // The first windows size the backend's scratch, a host wait mid-window: the profile discards
+  // them. Once warm, no window waits.
+  auto warm = Model::load(path, profiled);
+  run_windows(*warm, tokens, {4, 1, 1, 1, 1, 1});
+  const uint64_t discarded_warming = profiled.counters().profiled_windows_discarded;
   auto mq = Model::load(path, profiled);
   EXPECT_TRUE(strata::testing::bitwise_equal(want, run_windows(*mq, tokens, {4, 1, 1, 1, 1, 1})));
   const backend::BackendCounters c = profiled.counters();
   EXPECT_EQ(c.graph_captures, 0u) << "profiled windows run op by op";
-  EXPECT_EQ(c.profiled_windows_discarded, 0u);
+  EXPECT_EQ(c.profiled_windows_discarded, discarded_warming);
   uint64_t calls = 0;
   for (const auto& [name, t] : c.op_times) {
     EXPECT_GT(t.us, 0.0) << name;

@@ -49,14 +49,20 @@ Tensor repeat_to_value_heads(Window& w, const Tensor& x) {
   const int64_t gk = w.c.ssm_groups, s = w.c.ssm_state, r = w.c.ssm_v_heads / gk;
   if (r == 1) return x;
   Tensor y = w.tmp(w.T, r * gk * s);
-  for (int64_t j = 0; j < r; ++j) {
-    if (w.c.arch != Arch::Qwen3Next) {
+  if (w.c.arch != Arch::Qwen3Next) {
+    for (int64_t j = 0; j < r; ++j)
       w.be.copy(x, y.cols_view(j * gk * s, gk * s));  // tiled: slot j*Gk + g reads k head g
-      continue;
-    }
-    for (int64_t g = 0; g < gk; ++g)  // repeat_interleave(r, dim=2): head g*r + j reads k head g
-      w.be.copy(x.cols_view(g * s, s), y.cols_view((g * r + j) * s, s));
+    return y;
   }
+  // repeat_interleave(r, dim=2): head g*r + j reads k head g. Seen as T*Gk rows of one head each,
+  // x is read r times, each copy writing every r-th head of y: r copies, not r*Gk.
+  Tensor heads = x;
+  if (x.stride != x.cols) {
+    heads = w.tmp(w.T, gk * s);
+    w.be.copy(x, heads);
+  }
+  const Tensor per_head{heads.data, w.T * gk, s, s};
+  for (int64_t j = 0; j < r; ++j) w.be.copy(per_head, Tensor{y.data + j * s, w.T * gk, s, r * s});
   return y;
 }
 

@@ -1,9 +1,11 @@
-// Attention over a layer's KV cache and the QSA block scores. One warp per (row, head): each half
-// of the warp computes one position's score in the CPU's lane order (half_warp_dot's layout, with
-// the query held in registers), so two positions are scored per step; the online softmax then
-// takes them in position order exactly as ops_attention.cpp does (exp(m - s) rescales, fma
-// accumulation, acc * (1 / l) at the end). Scores equal the CPU's bit for bit; the outputs differ
-// from the CPU only through expf's rounding.
+// Attention over a layer's KV cache and the QSA block scores. One block per (row, head), its
+// warps each taking a contiguous slice of the row's positions (the slices depend only on the row's
+// position count, never on the window, so a T-row window equals T one-row windows bit for
+// bit). In its slice a warp scores two positions per step, one per half-warp in the CPU's lane
+// order (half_warp_dot's layout, query in registers), and runs the CPU's online softmax over them
+// in position order (exp(m - s) rescales, fma accumulation). The slices' (max, sum, accumulator)
+// are then merged in slice order and the row divided by the sum once. Scores equal the CPU's bit
+// for bit; the outputs differ from the CPU's one serial pass only by expf's rounding and the merge.
 #include <algorithm>
 #include "backend/cuda/check.h"
 #include "backend/cuda/ops.h"
@@ -44,18 +46,24 @@ __device__ __forceinline__ RowRange row_range(const AttendRows& a, int64_t r) {
   return {r * a.stride, a.counts[r], false};
 }
 
+// Warps per (row, head) in attention: enough that a decode row's few heads fill the GPU. A row
+// of fewer than kMinSlice positions per warp takes fewer warps: a shorter slice is not worth its
+// merge (and a row of at most kMinSlice positions is one serial pass, as on the CPU).
+constexpr int kSplit = 16;
+constexpr int64_t kMinSlice = 32;
+
 template <int kHD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kSplit * 32)
     attention_kernel(const float* __restrict__ q, int64_t q_stride, const float* __restrict__ kc,
                      int64_t kc_stride, const float* __restrict__ vc, int64_t vc_stride,
                      AttendRows rows_of, int64_t rows, int64_t n_head, int64_t group,
                      int64_t head_dim, float scale, float* __restrict__ y, int64_t y_stride) {
   constexpr int kChain = kHD / 16;  // dims per lane in the score's lane order
   constexpr int kAcc = kHD / 32;    // dims per lane of the accumulator
-  const int lane = threadIdx.x & 31, l16 = lane & 15, half = lane >> 4;
+  __shared__ float slice_m[kSplit], slice_l[kSplit], slice_acc[kSplit][kHD];
+  const int lane = threadIdx.x & 31, l16 = lane & 15, half = lane >> 4, warp = threadIdx.x / 32;
   const int64_t units = rows * n_head;
-  for (int64_t u = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; u < units;
-       u += int64_t(gridDim.x) * kWarps) {
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
     const int64_t r = u / n_head, h = u % n_head, kv_off = (h / group) * head_dim;
     const float* qh = q + r * q_stride + h * head_dim;
     float qreg[kChain];
@@ -66,10 +74,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < kAcc; ++k) acc[k] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     const RowRange range = row_range(rows_of, r);
-    for (int64_t i = 0; i < range.count; i += 2) {
+    const int64_t wanted = (range.count + kMinSlice - 1) / kMinSlice,
+                  slices = wanted < kSplit ? wanted : kSplit;
+    const int64_t first = warp < slices ? range.count * warp / slices : 0,
+                  last = warp < slices ? range.count * (warp + 1) / slices : 0;
+    for (int64_t i = first; i < last; i += 2) {
       // Half `half` scores the window's position i + half.
       const int64_t mine = i + half;
-      const bool valid = mine < range.count;
+      const bool valid = mine < last;
       const int64_t p = !valid ? 0 : range.dense ? mine : rows_of.selected[range.begin + mine];
       const float* kp = kc + p * kc_stride + kv_off;
       float dot = 0.0f;
@@ -83,7 +95,7 @@ __global__ void __launch_bounds__(kThreads)
       const float scores[2] = {__fmul_rn(__shfl_sync(kFullMask, dot, 0), scale),
                                __fmul_rn(__shfl_sync(kFullMask, dot, 16), scale)};
       const int64_t ps[2] = {__shfl_sync(kFullMask, p, 0), __shfl_sync(kFullMask, p, 16)};
-      for (int j = 0; j < 2 && i + j < range.count; ++j) {
+      for (int j = 0; j < 2 && i + j < last; ++j) {
         const float s = scores[j];
         const float* vp = vc + ps[j] * vc_stride + kv_off;
         if (s > m) {
@@ -103,11 +115,30 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    const float inv = __fdiv_rn(1.0f, l);
-    float* yh = y + r * y_stride + h * head_dim;
+    if (lane == 0) {
+      slice_m[warp] = m;
+      slice_l[warp] = l;
+    }
 #pragma unroll
-    for (int k = 0; k < kAcc; ++k)
-      if (lane + 32 * k < head_dim) yh[lane + 32 * k] = __fmul_rn(acc[k], inv);
+    for (int k = 0; k < kAcc; ++k) slice_acc[warp][lane + 32 * k] = acc[k];
+    __syncthreads();
+    // Every thread merges the slices' sums in slice order (the same bits in each); thread d
+    // merges dimension d. Empty slices (l == 0) take no part.
+    float top = -INFINITY;
+    for (int w = 0; w < kSplit; ++w)
+      if (slice_l[w] > 0.0f) top = fmaxf(top, slice_m[w]);
+    float sum = 0.0f;
+    for (int w = 0; w < kSplit; ++w)
+      if (slice_l[w] > 0.0f) sum = __fmaf_rn(slice_l[w], expf(slice_m[w] - top), sum);
+    const float inv = __fdiv_rn(1.0f, sum);
+    float* yh = y + r * y_stride + h * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+      float merged = 0.0f;
+      for (int w = 0; w < kSplit; ++w)
+        if (slice_l[w] > 0.0f) merged = __fmaf_rn(slice_acc[w][d], expf(slice_m[w] - top), merged);
+      yh[d] = __fmul_rn(merged, inv);
+    }
+    __syncthreads();  // the slices are read before the next unit writes them
   }
 }
 
@@ -141,8 +172,8 @@ template <int kHD>
 void launch_attention_hd(const DeviceContext& ctx, const Tensor& q, const Tensor& k_cache,
                          const Tensor& v_cache, const AttendRows& rows, int64_t n_head,
                          int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) {
-  const int grid = grid_for(q.rows * n_head, kWarps, ctx.limits.max_blocks);
-  attention_kernel<kHD><<<grid, kThreads, 0, ctx.stream>>>(
+  const int grid = grid_for(q.rows * n_head, 1, ctx.limits.max_blocks);
+  attention_kernel<kHD><<<grid, kSplit * 32, 0, ctx.stream>>>(
       q.data, q.stride, k_cache.data, k_cache.stride, v_cache.data, v_cache.stride, rows, q.rows,
       n_head, n_head / n_head_kv, head_dim, scale, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("attention_kernel");
