@@ -13,6 +13,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kHalvesPerBlock = kThreads / 16;
+// Groups from this wide take a block each (rms_norm_wide_kernel), up to what shared memory holds.
+constexpr int64_t kWideGroup = 1024;
+constexpr int64_t kWideGroupMax = 8 * 1024;
 
 // Runs fn(r, g, valid) for every group g of every row r, one half-warp each. Both halves of a warp
 // always run fn together (the dot's shuffles need all 32 lanes); `valid` is false for the idle half
@@ -44,6 +47,36 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride, i
       yg[i] = w ? __fmul_rn(v, w[i]) : v;
     }
   });
+}
+
+// rms_norm of a wide group (a hidden state): one block per group, which first copies the group to
+// shared memory with all its threads, so the half-warp's chains of the CPU's lane order read shared
+// memory, not L2, one dependent load at a time; then all threads scale. The same bits.
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_wide_kernel(const float* __restrict__ x, int64_t x_stride, int64_t rows,
+                         int64_t n_groups, int64_t group, const float* __restrict__ w, float eps,
+                         float* y, int64_t y_stride) {
+  extern __shared__ float xs[];
+  __shared__ float scale;
+  for (int64_t u = blockIdx.x; u < rows * n_groups; u += gridDim.x) {
+    const int64_t r = u / n_groups, g = u % n_groups;
+    const float* xg = x + r * x_stride + g * group;
+    for (int64_t i = threadIdx.x; i < group; i += blockDim.x) xs[i] = xg[i];
+    __syncthreads();
+    if (threadIdx.x < 32) {  // both halves of warp 0 compute the same sum
+      const float ss = half_warp_dot(xs, xs, group);
+      if (threadIdx.x == 0)
+        scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(__fdiv_rn(ss, float(group)), eps)));
+    }
+    __syncthreads();
+    const float s = scale;
+    float* yg = y + r * y_stride + g * group;
+    for (int64_t i = threadIdx.x; i < group; i += blockDim.x) {
+      const float v = __fmul_rn(xs[i], s);
+      yg[i] = w ? __fmul_rn(v, w[i]) : v;
+    }
+    __syncthreads();  // xs and scale are read before the next group writes them
+  }
 }
 
 __global__ void l2_norm_kernel(const float* __restrict__ x, int64_t x_stride, int64_t rows,
@@ -85,6 +118,13 @@ void launch_rms_norm(const DeviceContext& ctx, const Tensor& x, const float* w, 
                      float eps, Tensor y) {
   const int64_t n_groups = x.cols / group;
   if (x.rows == 0 || n_groups == 0) return;
+  if (group >= kWideGroup && group <= kWideGroupMax) {
+    rms_norm_wide_kernel<<<grid_for(x.rows * n_groups, 1, ctx.limits.max_blocks), kThreads,
+                           size_t(group) * sizeof(float), ctx.stream>>>(
+        x.data, x.stride, x.rows, n_groups, group, w, eps, y.data, y.stride);
+    STRATA_CUDA_CHECK_LAUNCH("rms_norm_wide_kernel");
+    return;
+  }
   rms_norm_kernel<<<grid(ctx, x.rows * n_groups), kThreads, 0, ctx.stream>>>(
       x.data, x.stride, x.rows, n_groups, group, w, eps, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("rms_norm_kernel");
