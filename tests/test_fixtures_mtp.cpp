@@ -109,8 +109,7 @@ TEST_P(MtpFixture, MatchesReference) {
   EXPECT_EQ(argmax_agree, rows);
 }
 
-// qwen4_exp joins once its mtp_logits.npy is committed (docs/SPECULATION.md, "The MTP head").
-INSTANTIATE_TEST_SUITE_P(Reference, MtpFixture, ::testing::Values("qwen3_5_moe"));
+INSTANTIATE_TEST_SUITE_P(Reference, MtpFixture, ::testing::Values("qwen3_5_moe", "qwen4_exp"));
 
 class MtpPieces : public ::testing::TestWithParam<std::string> {};
 
