@@ -92,6 +92,13 @@ nlohmann::ordered_json backend_json(int64_t tokens, const backend::BackendCounte
   return j;
 }
 
+// What the cache did from one reading of its counters to a later one (none without a cache).
+std::optional<experts::CacheStats> between(const std::optional<experts::CacheStats>& before,
+                                           const std::optional<experts::CacheStats>& after) {
+  if (!before || !after) return std::nullopt;
+  return after->since(*before);
+}
+
 // One phase's speed and what the cache did during it.
 nlohmann::ordered_json phase_json(int64_t tokens, double seconds, const std::optional<experts::CacheStats>& cache,
                                   uint64_t slot_bytes) {
@@ -242,10 +249,7 @@ void run_parallel(const BenchOptions& o) {
     m.forward_batch(rows);
   }
   const double decode_s = seconds_since(t0);
-  const auto since = [&m](const std::optional<experts::CacheStats>& before) -> std::optional<experts::CacheStats> {
-    if (!before) return std::nullopt;
-    return m.expert_stats()->since(*before);
-  };
+  const auto after_decode = m.expert_stats();
   nlohmann::ordered_json j;
   j["model"] = o.model;
   j["experts"] = m.experts_description();
@@ -254,8 +258,8 @@ void run_parallel(const BenchOptions& o) {
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["parallel"] = o.parallel;
   j["seed"] = o.seed;
-  j["prefill"] = phase_json(o.prompt_tokens * o.parallel, prefill_s, since(start), slot_bytes);
-  j["decode"] = phase_json(o.gen_tokens * o.parallel, decode_s, since(after_prefill), slot_bytes);
+  j["prefill"] = phase_json(o.prompt_tokens * o.parallel, prefill_s, between(start, after_prefill), slot_bytes);
+  j["decode"] = phase_json(o.gen_tokens * o.parallel, decode_s, between(after_prefill, after_decode), slot_bytes);
   j["decode"]["windows"] = o.gen_tokens;
   j["decode"]["tok_per_s_per_sequence"] = decode_s > 0 ? double(o.gen_tokens) / decode_s : 0.0;
   j["rss"] = {{"vm_hwm_bytes", proc_status_bytes("VmHWM")}, {"vm_rss_bytes", proc_status_bytes("VmRSS")}};
@@ -288,10 +292,6 @@ void run_bench(const BenchOptions& o) {
   auto seconds_since = [](Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
-  auto delta = [&m](const std::optional<experts::CacheStats>& before) -> std::optional<experts::CacheStats> {
-    if (!before) return std::nullopt;
-    return m.expert_stats()->since(*before);
-  };
   model::State state = m.new_state(ctx);
   const auto start = m.expert_stats();
   const backend::BackendCounters counters_start = m.backend().counters();
@@ -307,6 +307,7 @@ void run_bench(const BenchOptions& o) {
   for (int64_t i = o.prompt_tokens; i < ctx; ++i)
     m.forward(std::span(tokens).subspan(size_t(i), 1), state, model::LogitsMode::Last);
   const double decode_s = seconds_since(t0);
+  const auto after_decode = m.expert_stats();
   const backend::BackendCounters counters_decode = m.backend().counters();
 
   nlohmann::ordered_json j;
@@ -317,8 +318,8 @@ void run_bench(const BenchOptions& o) {
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["route_trace"] = o.route.trace;
   j["seed"] = o.seed;
-  j["prefill"] = phase_json(o.prompt_tokens, prefill_s, delta(start), slot_bytes);
-  j["decode"] = phase_json(o.gen_tokens, decode_s, delta(after_prefill), slot_bytes);
+  j["prefill"] = phase_json(o.prompt_tokens, prefill_s, between(start, after_prefill), slot_bytes);
+  j["decode"] = phase_json(o.gen_tokens, decode_s, between(after_prefill, after_decode), slot_bytes);
   if (std::string_view(m.backend().name()) != "cpu") {  // the CPU backend runs no graphs
     j["prefill"]["backend"] = backend_json(o.prompt_tokens, counters_start, counters_prefill);
     j["decode"]["backend"] = backend_json(o.gen_tokens, counters_prefill, counters_decode);
