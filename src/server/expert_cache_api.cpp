@@ -21,6 +21,8 @@ void expert_cache(const decode::LoadedModel& model, const httplib::Request&, htt
     out["read_seconds"] = s.read_seconds;
     out["stall_seconds"] = s.stall_seconds;
     out["evictions"] = s.evictions;
+    out["h2d_bytes"] = s.h2d_bytes;
+    out["h2d_seconds"] = s.h2d_seconds;
     out["n_layers"] = snap->n_layers;
     out["n_experts"] = snap->n_experts;
     Json layers = Json::array();

@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include <cmath>
+
 #include <cstdio>
 
 #include "util/error.h"
@@ -33,9 +35,11 @@ void Metrics::count_rejection() {
 
 namespace {
 
+// Counts exactly (a byte counter passes 10^9 soon), other values to 9 significant digits.
 std::string number(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
+  const bool count = v == std::floor(v) && std::fabs(v) < 0x1p53;
+  std::snprintf(buf, sizeof buf, count ? "%.0f" : "%.9g", v);
   return buf;
 }
 
@@ -73,6 +77,27 @@ void render_spec(std::string& out, const spec::Report& r) {
     for (const auto& s : r.judged) judged += s[size_t(j)];
     if (judged > 0) sample(out, "strata_spec_acceptance", r.acceptance(j), cat("position=\"", j, "\""));
   }
+}
+
+// The streaming expert cache since start-up (docs/EXPERT_CACHE.md).
+void render_expert_cache(std::string& out, const experts::CacheStats& c) {
+  metric(out, "strata_expert_cache_hits_total", "counter", "Routed expert lookups found resident.",
+         double(c.hits));
+  metric(out, "strata_expert_cache_misses_total", "counter", "Routed expert lookups read urgently.",
+         double(c.misses));
+  metric(out, "strata_expert_cache_read_bytes_total", "counter",
+         "Expert record bytes read from the pack (misses and read-ahead).", double(c.bytes_read));
+  metric(out, "strata_expert_cache_read_seconds_total", "counter", "Reader time of those reads.",
+         c.read_seconds);
+  metric(out, "strata_expert_cache_stall_seconds_total", "counter",
+         "Time the forward pass waited for experts.", c.stall_seconds);
+  metric(out, "strata_expert_cache_evictions_total", "counter", "Experts evicted from the cache.",
+         double(c.evictions));
+  metric(out, "strata_expert_cache_h2d_bytes_total", "counter",
+         "Expert bytes copied into device memory (0 when the cache is host memory).",
+         double(c.h2d_bytes));
+  metric(out, "strata_expert_cache_h2d_seconds_total", "counter",
+         "Copy-engine time of those copies.", c.h2d_seconds);
 }
 
 }  // namespace
@@ -113,6 +138,7 @@ std::string Metrics::render(const LiveGauges& live) const {
   if (last_cache_hit_rate_)
     metric(out, "strata_expert_cache_hit_ratio", "gauge",
            "Expert cache hit rate of the last generation (0..1).", *last_cache_hit_rate_);
+  if (live.expert_cache) render_expert_cache(out, *live.expert_cache);
   if (spec_) render_spec(out, *spec_);
   metric(out, "strata_queue_depth", "gauge", "Requests waiting behind the running generations.",
          double(live.queue_depth));

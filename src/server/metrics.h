@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "decode/generate.h"
+#include "experts/expert_source.h"
 
 namespace strata::server {
 
@@ -28,6 +29,7 @@ struct LiveGauges {
   size_t running = 0;   // generations running now
   size_t parallel = 1;  // --parallel
   std::vector<SequenceGauge> sequences;  // the running generations
+  std::optional<experts::CacheStats> expert_cache;  // the streaming expert cache's counters, if any
 };
 
 class Metrics {
