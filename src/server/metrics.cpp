@@ -1,7 +1,6 @@
 #include "server/metrics.h"
 
 #include <cmath>
-
 #include <cstdio>
 
 #include "util/error.h"
