@@ -6,7 +6,7 @@
 #     RSS (ASan's shadow memory makes that meaningless), then each libFuzzer target for
 #     STRATA_FUZZ_SECONDS (default 60) from its committed seed corpus.
 #  3. A ThreadSanitizer build of the concurrent suites (thread pool, expert reader, arena and
-#     streaming source, server, fault injection), those suites.
+#     streaming source, server, --parallel serving and the batcher, fault injection), those suites.
 # STRATA_SANITIZERS=0 runs stage 1 only (a quick local check).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -94,7 +94,7 @@ stage "fuzz: all targets ran clean"
 tsan="$root/build-tsan"
 stage "tsan build (concurrent suites)"
 configure "$tsan" thread \
-  "-DSTRATA_TEST_FILES=test_(thread_pool|expert_reader|expert_cache|streaming_model|server|server_request|faults)\\.cpp"
+  "-DSTRATA_TEST_FILES=test_(thread_pool|expert_reader|expert_cache|streaming_model|server|server_request|server_parallel|batcher|faults)\\.cpp"
 cmake --build "$tsan" --parallel "$jobs"
 stage "tsan ctest"
 # Every test of those files but the RSS bound (TSan's shadow memory inflates RSS too).

@@ -13,14 +13,51 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include <gtest/gtest.h>
+
 #include "gguf_test_util.h"
+#include "server/http_server.h"
 #include "synth/synth.h"
 
 namespace strata::server::testing {
+
+// Builds the function-local statics of Debian's libcpp-httplib.so that a request to a server
+// reaches (Server::parse_request_line's set of method names, write_content_chunked's
+// "0\r\n\r\n", the client's own) once, before any test starts: one chunked request to a
+// throwaway server. The library is not instrumented: the first thread to reach such a static
+// builds it under __cxa_guard_acquire/release, which ThreadSanitizer sees, but every later thread
+// passes the guard by a plain acquire load inside the library, which it does not, so two HTTP
+// worker threads of a test look like a race on the static (docs/RELIABILITY.md, "TSan and the
+// HTTP library"). Here the thread that builds them is joined before the tests create theirs,
+// an order TSan does see; nothing is suppressed.
+class HttplibStatics final : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    HttpServer server(std::chrono::seconds(5));
+    server.Get("/chunked", [](const httplib::Request&, httplib::Response& res) {
+      res.set_chunked_content_provider("text/plain", [](size_t, httplib::DataSink& sink) {
+        sink.write("x", 1);
+        sink.done();
+        return true;
+      });
+    });
+    const int port = server.bind_to_any_port("127.0.0.1");
+    ASSERT_GT(port, 0);
+    std::thread listener([&] { server.listen_after_bind(); });
+    httplib::Client client("127.0.0.1", port);
+    const auto res = client.Get("/chunked");
+    server.stop();
+    listener.join();
+    ASSERT_TRUE(res && res->body == "x") << (res ? res->body : "no response");
+  }
+};
+inline ::testing::Environment* const httplib_statics =
+    ::testing::AddGlobalTestEnvironment(new HttplibStatics);
 
 // The tiny synthetic qwen35moe the server tests run on, written into `dir` as tiny.gguf (so its
 // model id is "tiny"). Returns the path.
