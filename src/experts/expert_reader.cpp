@@ -21,6 +21,7 @@
 
 #include "experts/pack.h"
 #include "util/error.h"
+#include "util/run_counters.h"
 
 namespace strata::experts {
 
@@ -258,6 +259,7 @@ struct ExpertReader::Impl {
   }
 
   void worker(bool urgent_only, std::unique_ptr<FileIo> io) {
+    util::name_thread(util::kReaderThreadName);
     std::vector<PieceRef> mine;
     std::vector<std::shared_ptr<Request>> landed;
     std::unique_lock lock(mu);
