@@ -188,18 +188,22 @@ OpenedSource streamed(const gguf::Reader& reader, const model::ModelConfig& c, s
   } else {
     const std::optional<MemoryLimit> limit = memory_limit(o);
     so.budget_bytes = o.budget_bytes.value_or(default_host_budget(trunk_bytes, limit, so.reader.threads));
+    bool fits = true;
     if (limit) {
       MemorySplit split = split_memory(*limit, trunk_bytes, so.reader.threads, 0);
-      if (so.budget_bytes > split.arena) {
+      fits = so.budget_bytes <= split.arena;
+      if (!fits) {
         const std::string why = cat("--expert-budget ", format_bytes(so.budget_bytes), " does not fit: ",
                                     split.describe());
         if (o.memory_limit) fail(why, "; lower --expert-budget or raise --memory-limit");
-        std::fprintf(stderr, "[strata] warning: %s\n", why.c_str());
+        std::fprintf(stderr, "[strata] warning: %s; the trunk is not locked, so the cap evicts and re-reads it\n",
+                     why.c_str());
       }
       split.arena = so.budget_bytes;
       memory_note = "; " + split.describe();
     }
-    memory_note += "; " + lock_trunk(reader, c);
+    // A locked trunk with an arena that does not fit beside it would not be slow but killed.
+    memory_note += "; " + (fits ? lock_trunk(reader, c) : std::string("trunk not locked (over the limit)"));
   }
   const std::string path = pack->path();
   auto source = std::make_unique<StreamingSource>(std::move(pack), so);
