@@ -388,9 +388,12 @@ void run_bench(const BenchOptions& o) {
     j["decode"]["backend"] = backend_json(o.gen_tokens, counters_prefill, counters_decode);
   }
   if (streaming) {
+    // Over the whole run: a phase's read_ahead_value counts the hits it got from reads of earlier
+    // phases too, so it can exceed 1 where a phase reads ahead little.
     j["cache"] = {{"slots", streaming->arena().n_slots()},
                   {"slot_bytes", slot_bytes},
-                  {"pinned", streaming->arena().pinned_count()}};
+                  {"pinned", streaming->arena().pinned_count()},
+                  {"read_ahead_value", m.expert_stats()->read_ahead_value()}};
   }
   if (const model::RouteControl* rc = m.route_control(); rc && o.route.ccr.enabled) {
     const route::CcrStats& s = rc->ccr_stats();

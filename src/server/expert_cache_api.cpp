@@ -21,6 +21,9 @@ void expert_cache(const decode::LoadedModel& model, const httplib::Request&, htt
     out["read_seconds"] = s.read_seconds;
     out["stall_seconds"] = s.stall_seconds;
     out["evictions"] = s.evictions;
+    out["read_ahead_bytes"] = s.read_ahead_bytes;
+    out["read_ahead_useful_bytes"] = s.read_ahead_useful_bytes;
+    out["read_ahead_value"] = s.read_ahead_value();
     out["n_layers"] = snap->n_layers;
     out["n_experts"] = snap->n_experts;
     Json layers = Json::array();
