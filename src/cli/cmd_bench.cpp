@@ -93,6 +93,13 @@ nlohmann::ordered_json backend_json(int64_t tokens, const backend::BackendCounte
   return j;
 }
 
+// The cache's work between two snapshots of its counters (none for a mapped source).
+std::optional<experts::CacheStats> between(const std::optional<experts::CacheStats>& from,
+                                           const std::optional<experts::CacheStats>& to) {
+  if (!from || !to) return std::nullopt;
+  return to->since(*from);
+}
+
 // One phase's speed and what the cache did during it.
 nlohmann::ordered_json phase_json(int64_t tokens, double seconds, const std::optional<experts::CacheStats>& cache,
                                   uint64_t slot_bytes) {
@@ -303,7 +310,8 @@ void run_parallel(const BenchOptions& o) {
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["parallel"] = o.parallel;
   j["seed"] = o.seed;
-  const auto prefill_cache = since(start), decode_cache = since(after_prefill);
+  // The prefill phase ends where the decode phase starts (not at the end of the run).
+  const auto prefill_cache = between(start, after_prefill), decode_cache = since(after_prefill);
   j["prefill"] = phase_json(o.prompt_tokens * o.parallel, prefill_s, prefill_cache, slot_bytes);
   j["prefill"]["accounting"] = accounting_json(o.prompt_tokens * o.parallel, prefill_s, run_prefill.since(run_start),
                                                prefill_cache ? prefill_cache->stall_seconds : 0.0);
@@ -376,7 +384,8 @@ void run_bench(const BenchOptions& o) {
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["route_trace"] = o.route.trace;
   j["seed"] = o.seed;
-  const auto prefill_cache = delta(start), decode_cache = delta(after_prefill);
+  // The prefill phase ends where the decode phase starts (not at the end of the run).
+  const auto prefill_cache = between(start, after_prefill), decode_cache = delta(after_prefill);
   j["prefill"] = phase_json(o.prompt_tokens, prefill_s, prefill_cache, slot_bytes);
   j["prefill"]["accounting"] = accounting_json(o.prompt_tokens, prefill_s, run_prefill.since(run_start),
                                                prefill_cache ? prefill_cache->stall_seconds : 0.0);
