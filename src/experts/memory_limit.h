@@ -37,7 +37,7 @@ struct MemorySplit {
   uint64_t activations = 0;  // activations, KV cache and recurrent state, the binary, the heap
   uint64_t arena = 0;        // the expert cache
 
-  // "memory limit 11.00 GiB (--memory-limit): trunk 2.48 GiB + expert cache 8.06 GiB + readers
+  // "memory limit 11.00 GiB (--memory-limit): trunk 2.48 GiB + expert cache 8.05 GiB + readers
   // 8.00 MiB + activations and state 469.33 MiB"
   std::string describe() const;
 };
