@@ -507,6 +507,58 @@ TEST(ExpertCacheStreaming, ReadAheadStopsReadingWhileItGuessesBadlyAndResumesWhe
       << "reads resume once the recent guesses are right";
 }
 
+// A scripted route trace for the read-ahead value cap: 2 layers of 64 experts, 24 slots. Layer 0
+// routes expert 0 every window; layer 1 routes 7w mod 64 in window w, and the guess for layer 1
+// is that expert plus the `extra` experts after it. Every routed expert is guessed (accuracy
+// 100%, so the accuracy gate never stops it), but only 1 / (1 + extra) of what is read ahead is
+// ever routed to.
+CacheStats run_read_ahead_script(int windows, int extra) {
+  const Layout l = tiny_layout();
+  auto io = std::make_unique<MemoryIo>(l, 2, 64);
+  StreamingOptions o;
+  o.budget_bytes = 24 * 4096;
+  o.reserve = 0;
+  StreamingSource src(std::vector<Layout>{l, l}, 64, 4096, std::move(io), o);
+  for (int w = 0; w < windows; ++w) {
+    const int32_t routed = int32_t(7 * w % 64);
+    std::vector<int32_t> guess;
+    for (int i = 0; i <= extra; ++i) guess.push_back(int32_t((routed + i) % 64));
+    src.begin_window();
+    src.layer(0, routing_of({0}, 1), [&](const ExpertGroup&) {
+      src.read_ahead(1, routing_of(guess, int64_t(guess.size())));
+    });
+    run_layer(src, 1, routing_of({routed}, 1));
+    src.end_window();
+  }
+  return *src.stats();
+}
+
+TEST(ExpertCacheStreaming, ReadAheadThatBecomesHitsIsNeverCapped) {
+  const CacheStats s = run_read_ahead_script(300, 0);
+  EXPECT_DOUBLE_EQ(s.read_ahead_accuracy(), 1.0);
+  EXPECT_EQ(s.read_ahead_capped, 0u);
+  EXPECT_EQ(s.read_ahead_bytes, s.read_ahead_reads * 4096);
+  EXPECT_EQ(s.read_ahead_useful_bytes, s.read_ahead_bytes) << "every guess read was routed to";
+  EXPECT_DOUBLE_EQ(s.read_ahead_value(), 1.0);
+  EXPECT_EQ(s.misses, 1u) << "only layer 0's first window misses: read-ahead brings every layer-1 expert";
+}
+
+TEST(ExpertCacheStreaming, ReadAheadTrafficIsCappedByTheBytesThatBecameHits) {
+  const int windows = 400;
+  const CacheStats s = run_read_ahead_script(windows, 3);
+  EXPECT_DOUBLE_EQ(s.read_ahead_accuracy(), 1.0);
+  EXPECT_EQ(s.read_ahead_skipped, 0u) << "the accuracy gate never stops a guess that names every routed expert";
+  EXPECT_GT(s.read_ahead_capped, 0u);
+  // Uncapped, 4 records would be read per window for 1 that is routed to (value 0.25). The cap
+  // keeps the bytes read ahead within twice those that became hits, plus a record per window and
+  // the starting credit.
+  EXPECT_LE(s.read_ahead_bytes, 2 * s.read_ahead_useful_bytes + uint64_t(windows + 64) * 4096);
+  EXPECT_LT(s.read_ahead_reads, uint64_t(4 * windows));
+  EXPECT_GT(s.read_ahead_value(), 0.3);
+  const std::string summary = s.summary();
+  EXPECT_NE(summary.find("of its bytes became hits"), std::string::npos) << summary;
+}
+
 TEST(ExpertCacheStreaming, AnUnusedReadAheadIsSettledBeforeItsSlotIsReused) {
   // Two slots, one in reserve: the guessed expert is evicted before use; its read is cancelled
   // when its slot leaves limbo, never left writing into a reused slot.

@@ -78,6 +78,18 @@ TEST(RouteCli, SynthStatsAndReplay) {
   EXPECT_NE(wide.out.find("ROUTE_M 24 is outside top_k 10..16"), std::string::npos) << wide.out;
 }
 
+TEST(RouteCli, SynthForAModelCutToFewerLayers) {
+  TempDir dir;
+  const auto trace = dir.file("cut.trace");
+  ASSERT_EQ(run("trace synth --shape qwen3-next-80b-a3b --layers 12 --tokens 16 -o " + trace).status, 0);
+  const auto stats = run("trace stats --json " + trace);
+  ASSERT_EQ(stats.status, 0) << stats.out;
+  EXPECT_EQ(nlohmann::json::parse(stats.out)["n_layers"], 12);
+  const auto bad = run("trace synth --layers -3 -o " + dir.file("bad.trace"));
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("--layers: -3 is negative"), std::string::npos) << bad.out;
+}
+
 TEST(RouteCli, ExpertBytesFromModelOrPack) {
   TempDir dir;
   const auto trace = dir.file("t.trace");

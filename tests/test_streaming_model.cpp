@@ -218,6 +218,34 @@ TEST(StreamingModel, AMissingOrStalePackIsAClearErrorAtLoad) {
   EXPECT_EQ(Model::load(a.gguf, be)->experts_description(), "mapped from the GGUF");
 }
 
+TEST(StreamingModel, AMemoryLimitSizesTheBudgetAndIsPrintedWithTheSplit) {
+  TempDir dir;
+  const TinyModel tiny = synth_with_pack(dir, "qwen3moe", 19);
+  backend::CpuBackend be(1);
+  experts::SourceOptions o;
+  o.pack = tiny.gguf + ".experts";  // streamed, budget from the limit
+  o.memory_limit = uint64_t(1) << 30;
+  const auto m = Model::load(tiny.gguf, be, o);
+  const std::string d = m->experts_description();
+  EXPECT_NE(d.find("memory limit 1.00 GiB (--memory-limit): trunk "), std::string::npos) << d;
+  EXPECT_NE(d.find("activations and state 384.00 MiB"), std::string::npos) << d;
+  // The budget is what the limit leaves (1 GiB less the trunk, 8 readers and 384 MiB), so the
+  // start-up line and the split name the same figure; the trunk is locked or says why not.
+  const size_t budget_at = d.find("budget ") + 7, cache_at = d.find("expert cache ") + 13;
+  EXPECT_EQ(d.substr(budget_at, d.find(' ', budget_at) - budget_at), d.substr(cache_at, d.find(' ', cache_at) - cache_at)) << d;
+  EXPECT_TRUE(d.find("locked in RAM") != std::string::npos || d.find("trunk not locked") != std::string::npos) << d;
+
+  // A budget the limit cannot hold, and a limit that leaves no room, are errors naming the flag.
+  o.budget_bytes = uint64_t(900) << 20;
+  const std::string over = error_of([&] { Model::load(tiny.gguf, be, o); });
+  EXPECT_NE(over.find("--expert-budget 900.00 MiB does not fit"), std::string::npos) << over;
+  EXPECT_NE(over.find("raise --memory-limit"), std::string::npos) << over;
+  o.budget_bytes.reset();
+  o.memory_limit = uint64_t(256) << 20;
+  const std::string tight = error_of([&] { Model::load(tiny.gguf, be, o); });
+  EXPECT_EQ(tight.rfind("--memory-limit: a memory limit of 256.00 MiB leaves 0 B", 0), 0u) << tight;
+}
+
 TEST(StreamingModel, ATrunkOnlyGgufStreamsFromItsPackByDefault) {
   TempDir dir;
   const TinyModel full = synth_with_pack(dir, "qwen3next", 16);

@@ -1,12 +1,7 @@
 #include "backend/backend.h"
 
-#include <sys/mman.h>
-
-#include <cerrno>
-#include <cstring>
-
+#include "util/arena_memory.h"
 #include "util/error.h"
-#include "util/progress.h"
 
 namespace strata::backend {
 
@@ -14,30 +9,28 @@ namespace {
 
 class HostExpertSlots : public ExpertSlots {
  public:
-  HostExpertSlots(size_t count, size_t slot_bytes) : count_(count), slot_bytes_(slot_bytes) {
-    if (count == 0 || slot_bytes == 0 || slot_bytes % 4096 != 0)
-      fail("expert slots: bad shape (", count, " slots of ", slot_bytes,
-           " bytes; a positive multiple of 4096 each)");
-    bytes_ = count * slot_bytes;
-    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-      fail("expert arena: cannot map ", format_bytes(bytes_), ": ", std::strerror(errno));
-    base_ = static_cast<uint8_t*>(p);
-  }
-  ~HostExpertSlots() override { munmap(base_, bytes_); }
+  HostExpertSlots(size_t count, size_t slot_bytes)
+      : count_(count), slot_bytes_(checked_slot_bytes(count, slot_bytes)), memory_(count * slot_bytes) {}
 
   size_t count() const override { return count_; }
   size_t slot_bytes() const override { return slot_bytes_; }
-  const uint8_t* data(int32_t s) const override { return base_ + size_t(s) * slot_bytes_; }
-  void* landing(int32_t s) override { return base_ + size_t(s) * slot_bytes_; }
+  const uint8_t* data(int32_t s) const override { return memory_.data() + size_t(s) * slot_bytes_; }
+  void* landing(int32_t s) override { return memory_.data() + size_t(s) * slot_bytes_; }
   void fill(int32_t, size_t) override {}  // the read landed in place
   void discard(int32_t) override {}
   void recycle(int32_t) override {}  // host ops finish before the forward thread goes on
 
  private:
-  size_t count_, slot_bytes_, bytes_ = 0;
-  uint8_t* base_ = nullptr;
+  static size_t checked_slot_bytes(size_t count, size_t slot_bytes) {
+    if (count == 0 || slot_bytes == 0 || slot_bytes % 4096 != 0)
+      fail("expert slots: bad shape (", count, " slots of ", slot_bytes,
+           " bytes; a positive multiple of 4096 each)");
+    return slot_bytes;
+  }
+
+  size_t count_, slot_bytes_;
+  // Huge pages where the system has them, faulted in now: decode never takes a first-touch fault.
+  util::ArenaMemory memory_;
 };
 
 }  // namespace

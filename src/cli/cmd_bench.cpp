@@ -27,6 +27,7 @@
 #include "experts/streaming_source.h"
 #include "model/route_control.h"
 #include "util/error.h"
+#include "util/run_counters.h"
 
 namespace strata::cli {
 
@@ -47,9 +48,9 @@ struct BenchOptions {
   int64_t parallel = 1;       // sequences sharing each decode window
 };
 
-// kB figures of /proc/self/status, in bytes; 0 when absent.
-uint64_t proc_status_bytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
+// kB figures of /proc/self/status (or another file of "Key: N kB" lines), in bytes; 0 when absent.
+uint64_t proc_status_bytes(const std::string& field, const char* file = "/proc/self/status") {
+  std::ifstream in(file);
   std::string line;
   while (std::getline(in, line))
     if (line.starts_with(field + ":")) return std::stoull(line.substr(field.size() + 1)) * 1024;
@@ -123,8 +124,53 @@ nlohmann::ordered_json phase_json(int64_t tokens, double seconds, const std::opt
   j["h2d_gb_per_s"] = c.h2d_seconds > 0 ? double(c.h2d_bytes) / c.h2d_seconds / 1e9 : 0.0;
   j["read_ahead_accuracy"] = c.read_ahead_accuracy();
   j["read_ahead_skipped"] = c.read_ahead_skipped;
+  // Bytes read ahead that became hits per byte read ahead, and the guesses its value cap held back.
+  j["read_ahead_bytes_per_token"] = double(c.read_ahead_bytes) * per_token;
+  j["read_ahead_useful_bytes_per_token"] = double(c.read_ahead_useful_bytes) * per_token;
+  j["read_ahead_value"] = c.read_ahead_value();
+  j["read_ahead_capped"] = c.read_ahead_capped;
   j["evictions"] = c.evictions;
   return j;
+}
+
+// Where a phase's time went, per token (docs/PERFORMANCE.md, "Where a streamed token's time
+// goes"): the forward thread's wall time split into the stall for expert records, the wait for
+// the pool's helpers and the rest (its own compute), next to what the scheduler says each group
+// of threads did (on a CPU, or runnable but waiting for one), plus page faults, context switches
+// and how often the pool ran steps alone because its helpers were late.
+nlohmann::ordered_json accounting_json(int64_t tokens, double seconds, const util::RunSample& d,
+                                       double stall_seconds) {
+  const double per_token = tokens > 0 ? 1.0 / double(tokens) : 0.0;
+  const auto ms = [&](double s) { return s * 1e3 * per_token; };
+  const auto ns_ms = [&](uint64_t ns) { return double(ns) * 1e-6 * per_token; };
+  const double pool_wait = double(d.pool_wait_ns) * 1e-9;
+  nlohmann::ordered_json time = {{"wall", ms(seconds)},
+                                 {"stall", ms(stall_seconds)},
+                                 {"pool_wait", ms(pool_wait)},
+                                 {"compute", ms(std::max(0.0, seconds - stall_seconds - pool_wait))}};
+  if (d.schedstat) {
+    const double caller_on = double(d.caller.cpu_ns + d.caller.runqueue_ns) * 1e-9;
+    time["forward_cpu"] = ns_ms(d.caller.cpu_ns);
+    time["forward_runqueue"] = ns_ms(d.caller.runqueue_ns);
+    time["forward_off_cpu"] = ms(std::max(0.0, seconds - caller_on));
+    time["pool_helpers_cpu"] = ns_ms(d.pool.cpu_ns);
+    time["pool_helpers_runqueue"] = ns_ms(d.pool.runqueue_ns);
+    time["readers_cpu"] = ns_ms(d.readers.cpu_ns);
+    time["readers_runqueue"] = ns_ms(d.readers.runqueue_ns);
+    time["other_threads_cpu"] = ns_ms(d.other.cpu_ns);
+  }
+  return {{"ms_per_token", time},
+          {"minor_faults_per_token", double(d.minor_faults) * per_token},
+          {"major_faults_per_token", double(d.major_faults) * per_token},
+          {"context_switches_per_token",
+           {{"voluntary", double(d.voluntary_switches) * per_token},
+            {"involuntary", double(d.involuntary_switches) * per_token}}},
+          {"pool",
+           {{"steps_per_token", double(d.pool_steps) * per_token},
+            {"run_alone_steps_per_token", double(d.pool_inline_steps) * per_token},
+            {"run_alone_switches", d.pool_inline_switches},
+            {"helper_wakes_per_token", double(d.pool_helper_wakes) * per_token},
+            {"caller_sleeps_per_token", double(d.pool_caller_sleeps) * per_token}}}};
 }
 
 nlohmann::ordered_json spec_json(const spec::Report& r) {
@@ -235,6 +281,7 @@ void run_parallel(const BenchOptions& o) {
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   const auto start = m.expert_stats();
+  const util::RunSample run_start = util::sample_run();
   auto t0 = Clock::now();
   for (size_t s = 0; s < tokens.size(); ++s)
     for (int64_t i = 0; i < o.prompt_tokens; i += o.batch)
@@ -242,6 +289,7 @@ void run_parallel(const BenchOptions& o) {
                 model::LogitsMode::Last);
   const double prefill_s = seconds_since(t0);
   const auto after_prefill = m.expert_stats();
+  const util::RunSample run_prefill = util::sample_run();
   t0 = Clock::now();
   std::vector<model::Model::SequenceRows> rows(tokens.size());
   for (int64_t i = o.prompt_tokens; i < ctx; ++i) {
@@ -250,6 +298,7 @@ void run_parallel(const BenchOptions& o) {
   }
   const double decode_s = seconds_since(t0);
   const auto after_decode = m.expert_stats();
+  const util::RunSample run_decode = util::sample_run();
   nlohmann::ordered_json j;
   j["model"] = o.model;
   j["experts"] = m.experts_description();
@@ -258,11 +307,19 @@ void run_parallel(const BenchOptions& o) {
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["parallel"] = o.parallel;
   j["seed"] = o.seed;
-  j["prefill"] = phase_json(o.prompt_tokens * o.parallel, prefill_s, between(start, after_prefill), slot_bytes);
-  j["decode"] = phase_json(o.gen_tokens * o.parallel, decode_s, between(after_prefill, after_decode), slot_bytes);
+  // The prefill phase ends where the decode phase starts (not at the end of the run).
+  const auto prefill_cache = between(start, after_prefill), decode_cache = between(after_prefill, after_decode);
+  j["prefill"] = phase_json(o.prompt_tokens * o.parallel, prefill_s, prefill_cache, slot_bytes);
+  j["prefill"]["accounting"] = accounting_json(o.prompt_tokens * o.parallel, prefill_s, run_prefill.since(run_start),
+                                               prefill_cache ? prefill_cache->stall_seconds : 0.0);
+  j["decode"] = phase_json(o.gen_tokens * o.parallel, decode_s, decode_cache, slot_bytes);
+  j["decode"]["accounting"] = accounting_json(o.gen_tokens * o.parallel, decode_s, run_decode.since(run_prefill),
+                                              decode_cache ? decode_cache->stall_seconds : 0.0);
   j["decode"]["windows"] = o.gen_tokens;
   j["decode"]["tok_per_s_per_sequence"] = decode_s > 0 ? double(o.gen_tokens) / decode_s : 0.0;
-  j["rss"] = {{"vm_hwm_bytes", proc_status_bytes("VmHWM")}, {"vm_rss_bytes", proc_status_bytes("VmRSS")}};
+  j["rss"] = {{"vm_hwm_bytes", proc_status_bytes("VmHWM")},
+              {"vm_rss_bytes", proc_status_bytes("VmRSS")},
+              {"anon_huge_pages_bytes", proc_status_bytes("AnonHugePages", "/proc/self/smaps_rollup")}};
   finish_routing(m);
   std::printf("%s\n", j.dump(2).c_str());
 }
@@ -295,6 +352,7 @@ void run_bench(const BenchOptions& o) {
   model::State state = m.new_state(ctx);
   const auto start = m.expert_stats();
   const backend::BackendCounters counters_start = m.backend().counters();
+  const util::RunSample run_start = util::sample_run();
   auto t0 = Clock::now();
   for (int64_t i = 0; i < o.prompt_tokens; i += o.batch) {
     const int64_t n = std::min(o.batch, o.prompt_tokens - i);
@@ -303,12 +361,14 @@ void run_bench(const BenchOptions& o) {
   const double prefill_s = seconds_since(t0);
   const auto after_prefill = m.expert_stats();
   const backend::BackendCounters counters_prefill = m.backend().counters();
+  const util::RunSample run_prefill = util::sample_run();
   t0 = Clock::now();
   for (int64_t i = o.prompt_tokens; i < ctx; ++i)
     m.forward(std::span(tokens).subspan(size_t(i), 1), state, model::LogitsMode::Last);
   const double decode_s = seconds_since(t0);
   const auto after_decode = m.expert_stats();
   const backend::BackendCounters counters_decode = m.backend().counters();
+  const util::RunSample run_decode = util::sample_run();
 
   nlohmann::ordered_json j;
   j["model"] = o.model;
@@ -318,22 +378,33 @@ void run_bench(const BenchOptions& o) {
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["route_trace"] = o.route.trace;
   j["seed"] = o.seed;
-  j["prefill"] = phase_json(o.prompt_tokens, prefill_s, between(start, after_prefill), slot_bytes);
-  j["decode"] = phase_json(o.gen_tokens, decode_s, between(after_prefill, after_decode), slot_bytes);
+  // The prefill phase ends where the decode phase starts (not at the end of the run).
+  const auto prefill_cache = between(start, after_prefill), decode_cache = between(after_prefill, after_decode);
+  j["prefill"] = phase_json(o.prompt_tokens, prefill_s, prefill_cache, slot_bytes);
+  j["prefill"]["accounting"] = accounting_json(o.prompt_tokens, prefill_s, run_prefill.since(run_start),
+                                               prefill_cache ? prefill_cache->stall_seconds : 0.0);
+  j["decode"] = phase_json(o.gen_tokens, decode_s, decode_cache, slot_bytes);
+  j["decode"]["accounting"] = accounting_json(o.gen_tokens, decode_s, run_decode.since(run_prefill),
+                                              decode_cache ? decode_cache->stall_seconds : 0.0);
   if (std::string_view(m.backend().name()) != "cpu") {  // the CPU backend runs no graphs
     j["prefill"]["backend"] = backend_json(o.prompt_tokens, counters_start, counters_prefill);
     j["decode"]["backend"] = backend_json(o.gen_tokens, counters_prefill, counters_decode);
   }
   if (streaming) {
+    // Over the whole run: a phase's read_ahead_value counts the hits it got from reads of earlier
+    // phases too, so it can exceed 1 where a phase reads ahead little.
     j["cache"] = {{"slots", streaming->arena().n_slots()},
                   {"slot_bytes", slot_bytes},
-                  {"pinned", streaming->arena().pinned_count()}};
+                  {"pinned", streaming->arena().pinned_count()},
+                  {"read_ahead_value", m.expert_stats()->read_ahead_value()}};
   }
   if (const model::RouteControl* rc = m.route_control(); rc && o.route.ccr.enabled) {
     const route::CcrStats& s = rc->ccr_stats();
     j["ccr"] = {{"substitution_rate", s.substitution_rate()}, {"agreement", s.agreement()}, {"mean_kl", s.mean_kl()}};
   }
-  j["rss"] = {{"vm_hwm_bytes", proc_status_bytes("VmHWM")}, {"vm_rss_bytes", proc_status_bytes("VmRSS")}};
+  j["rss"] = {{"vm_hwm_bytes", proc_status_bytes("VmHWM")},
+              {"vm_rss_bytes", proc_status_bytes("VmRSS")},
+              {"anon_huge_pages_bytes", proc_status_bytes("AnonHugePages", "/proc/self/smaps_rollup")}};
   finish_routing(m);
   std::printf("%s\n", j.dump(2).c_str());
 }

@@ -28,6 +28,7 @@ struct SynthArgs {
   route::SynthTraceOptions o;
   std::string output;
   bool plain_softmax = false;
+  int layers = 0;  // 0: the shape's
 };
 
 void add_synth(CLI::App& parent) {
@@ -35,6 +36,7 @@ void add_synth(CLI::App& parent) {
   CLI::App* cmd = parent.add_subcommand("synth", "Write a synthetic routing trace with calibrated reuse");
   cmd->add_option("--shape", a->shape, "flagship or qwen3-next-80b-a3b")->capture_default_str();
   cmd->add_option("--tokens", a->o.tokens, "Rows (tokens) to generate")->capture_default_str();
+  cmd->add_option("--layers", a->layers, "Layers (default: the shape's), for a model cut to fewer layers");
   cmd->add_option("--top-m", a->o.top_m, "Router candidates per row and layer (0 = none, else top_k..64)")
       ->capture_default_str();
   cmd->add_option("--seed", a->o.seed, "Session seed: the draws")->capture_default_str();
@@ -49,6 +51,8 @@ void add_synth(CLI::App& parent) {
   cmd->add_option("-o,--output", a->output, "Output trace file")->required();
   cmd->callback([a] {
     a->o.shape = route::trace_shape(a->shape);
+    if (a->layers < 0) fail("--layers: ", a->layers, " is negative");
+    if (a->layers > 0) a->o.shape.n_layers = a->layers;
     a->o.renormalize = !a->plain_softmax;
     route::write_synthetic_trace(a->o, a->output);
     std::fprintf(stderr, "%s: %lld rows of %d layers x %d experts, top-%d, top-M %d\n", a->output.c_str(),

@@ -37,6 +37,9 @@ void add_expert_flags(CLI::App* cmd, ExpertFlags& flags) {
                   "Guess the next layer's experts and start reading them early (on|off)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  cmd->add_option("--memory-limit", flags.memory_limit,
+                  "Memory the trunk, the expert cache, the readers and the activations must fit in (11G); "
+                  "sizes the default expert budget (default: the cgroup's limit, when one is set)");
   cmd->add_option("--pack", flags.pack,
                   "The .experts pack (default: the model's strata.experts.pack or MODEL.experts)");
 }
@@ -51,6 +54,14 @@ experts::SourceOptions source_options(const ExpertFlags& flags) {
     } catch (const Error& e) {
       fail("--expert-budget: ", e.what());
     }
+  }
+  if (!flags.memory_limit.empty()) {
+    try {
+      o.memory_limit = experts::parse_byte_size(flags.memory_limit);
+    } catch (const Error& e) {
+      fail("--memory-limit: ", e.what());
+    }
+    if (*o.memory_limit == 0) fail("--memory-limit: '", flags.memory_limit, "' is zero; give the memory to stay within (11G)");
   }
   return o;
 }

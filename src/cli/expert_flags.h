@@ -14,11 +14,12 @@ struct ExpertFlags {
   std::string budget;             // --expert-budget as given ("8G"); empty: the default rule
   std::string pack;               // --pack; empty: the model's own
   std::string read_ahead = "on";  // --read-ahead on|off
+  std::string memory_limit;       // --memory-limit as given; empty: the cgroup's, if any
 };
 
 void add_expert_flags(CLI::App* cmd, ExpertFlags& flags);
 
-// Throws strata::Error naming --expert-budget when it does not parse. With STRATA_IO_FAULTS set
+// Throws strata::Error naming --expert-budget or --memory-limit when it does not parse. With STRATA_IO_FAULTS set
 // in the environment (a test hook, experts/io_fault.h) the pack's reads get injected faults.
 experts::SourceOptions source_options(const ExpertFlags& flags);
 

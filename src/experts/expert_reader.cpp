@@ -21,6 +21,7 @@
 
 #include "experts/pack.h"
 #include "util/error.h"
+#include "util/run_counters.h"
 
 namespace strata::experts {
 
@@ -79,7 +80,13 @@ struct ExpertReader::Impl {
   std::atomic<bool> direct{false};
 
   mutable std::mutex mu;
-  std::condition_variable work_cv;
+  // Idle readers wait on these: urgent_cv the urgent-only ones, work_cv the others. New work
+  // wakes only as many as it gives work to (one per batch of pieces), urgent-only readers
+  // first for urgent work: waking all eight readers for every record cost a context switch
+  // each, on the cores the compute threads need (docs/PERFORMANCE.md, "Where a streamed token's
+  // time goes").
+  std::condition_variable urgent_cv, work_cv;
+  int idle_urgent = 0, idle_general = 0;
   std::condition_variable done_cv;
   std::deque<PieceRef> urgent, readahead;
   bool stopping = false;
@@ -167,7 +174,19 @@ struct ExpertReader::Impl {
   void queue(const std::shared_ptr<Request>& r) {
     auto& q = r->priority == Priority::Urgent ? urgent : readahead;
     for (int i = 0; i < r->n_pieces; ++i) q.push_back({r, i, r->generation});
-    work_cv.notify_all();
+    wake(r->n_pieces, r->priority == Priority::Urgent);
+  }
+
+  // Wakes idle readers for `pieces` new pieces: one per batch, as many as are idle. A reader
+  // woken for work another took goes back to sleep; a busy one looks at the queues before it
+  // sleeps, so no piece waits while a reader could take it. Called with mu held.
+  void wake(int pieces, bool is_urgent) {
+    int wakes = (pieces + int(batch) - 1) / int(batch);
+    if (is_urgent) {
+      for (int i = 0; i < std::min(wakes, idle_urgent); ++i) urgent_cv.notify_one();
+      wakes -= std::min(wakes, idle_urgent);
+    }
+    for (int i = 0; i < std::min(wakes, idle_general); ++i) work_cv.notify_one();
   }
 
   void finish(Request& r, int state) {
@@ -258,11 +277,15 @@ struct ExpertReader::Impl {
   }
 
   void worker(bool urgent_only, std::unique_ptr<FileIo> io) {
+    util::name_thread(util::kReaderThreadName);
     std::vector<PieceRef> mine;
     std::vector<std::shared_ptr<Request>> landed;
     std::unique_lock lock(mu);
     for (;;) {
-      work_cv.wait(lock, [&] { return stopping || has_work(urgent_only); });
+      int& idle = urgent_only ? idle_urgent : idle_general;
+      ++idle;
+      (urgent_only ? urgent_cv : work_cv).wait(lock, [&] { return stopping || has_work(urgent_only); });
+      --idle;
       if (stopping) return;
       mine.clear();
       take(urgent, mine);
@@ -328,6 +351,7 @@ struct ExpertReader::Impl {
       }
       q->clear();
     }
+    urgent_cv.notify_all();
     work_cv.notify_all();
     lock.unlock();
     for (auto& t : threads) t.join();
@@ -415,9 +439,13 @@ void ExpertReader::promote(const Ticket& ticket) {
   Request& r = *ticket.request_;
   if (r.state.load() != detail::kQueued || r.priority == Priority::Urgent) return;
   r.priority = Priority::Urgent;
+  int moved = 0;
   for (int i = 0; i < r.n_pieces; ++i)
-    if (!r.claimed[size_t(i)]) m.urgent.push_back({ticket.request_, i, r.generation});
-  m.work_cv.notify_all();
+    if (!r.claimed[size_t(i)]) {
+      m.urgent.push_back({ticket.request_, i, r.generation});
+      ++moved;
+    }
+  m.wake(moved, true);
 }
 
 ReaderStats ExpertReader::stats() const {

@@ -5,11 +5,14 @@
 #include <filesystem>
 
 #include "experts/arena.h"
+#include "experts/memory_limit.h"
 #include "experts/pack.h"
 #include "experts/streaming_source.h"
 #include "gguf/gguf.h"
+#include "model/arch.h"
 #include "model/config.h"
 #include "util/error.h"
+#include "util/memory_lock.h"
 #include "util/progress.h"
 
 namespace strata::experts {
@@ -58,6 +61,10 @@ double CacheStats::read_ahead_accuracy() const {
   return read_ahead_routed == 0 ? 0.0 : double(read_ahead_predicted) / double(read_ahead_routed);
 }
 
+double CacheStats::read_ahead_value() const {
+  return read_ahead_bytes == 0 ? 0.0 : double(read_ahead_useful_bytes) / double(read_ahead_bytes);
+}
+
 CacheStats CacheStats::since(const CacheStats& e) const {
   CacheStats d;
   d.hits = hits - e.hits;
@@ -69,6 +76,9 @@ CacheStats CacheStats::since(const CacheStats& e) const {
   d.read_ahead_predicted = read_ahead_predicted - e.read_ahead_predicted;
   d.read_ahead_routed = read_ahead_routed - e.read_ahead_routed;
   d.read_ahead_skipped = read_ahead_skipped - e.read_ahead_skipped;
+  d.read_ahead_bytes = read_ahead_bytes - e.read_ahead_bytes;
+  d.read_ahead_useful_bytes = read_ahead_useful_bytes - e.read_ahead_useful_bytes;
+  d.read_ahead_capped = read_ahead_capped - e.read_ahead_capped;
   d.chunked_layers = chunked_layers - e.chunked_layers;
   d.evictions = evictions - e.evictions;
   d.early_retirements = early_retirements - e.early_retirements;
@@ -82,16 +92,17 @@ std::string CacheStats::summary() const {
   if (h2d_bytes > 0)
     std::snprintf(h2d, sizeof h2d, ", H2D %.1f MB at %.2f GB/s", double(h2d_bytes) / 1e6,
                   h2d_seconds > 0 ? double(h2d_bytes) / h2d_seconds / 1e9 : 0.0);
-  char buf[420];
+  char buf[512];
   std::snprintf(
       buf, sizeof buf,
       "expert cache: %llu hits, %llu misses (%.1f%%), %.1f MB read at %.2f GB/s, stall "
       "%.1f ms, read-ahead %llu reads guessed %.1f%% of routed experts (%llu guesses not "
-      "read), %llu chunked layers%s, %llu evictions",
+      "read), %.1f%% of its bytes became hits (%llu reads capped), %llu chunked layers%s, %llu evictions",
       (unsigned long long)hits, (unsigned long long)misses, hit_rate() * 100.0,
       double(bytes_read) / 1e6, read_seconds > 0 ? double(bytes_read) / read_seconds / 1e9 : 0.0,
       stall_seconds * 1e3, (unsigned long long)read_ahead_reads, read_ahead_accuracy() * 100.0,
-      (unsigned long long)read_ahead_skipped, (unsigned long long)chunked_layers, h2d,
+      (unsigned long long)read_ahead_skipped, read_ahead_value() * 100.0,
+      (unsigned long long)read_ahead_capped, (unsigned long long)chunked_layers, h2d,
       (unsigned long long)evictions);
   return buf;
 }
@@ -115,23 +126,85 @@ uint64_t default_device_budget(uint64_t free_bytes) {
   return free_bytes > margin ? free_bytes - margin : 0;
 }
 
-OpenedSource streamed(std::unique_ptr<Pack> pack, uint64_t trunk_bytes, backend::Backend& backend,
-                      const SourceOptions& o) {
-  StreamingOptions so;
-  const std::optional<uint64_t> device_free = backend.expert_memory_free();
-  std::string budget_note;
-  if (o.budget_bytes) {
-    so.budget_bytes = *o.budget_bytes;
-  } else if (device_free) {
-    so.budget_bytes = std::max(default_device_budget(*device_free), kMinDefaultBudget);
-    budget_note = cat(" (default: ", format_bytes(*device_free), " free on the ", backend.name(),
-                      " device less a margin)");
-  } else {
-    so.budget_bytes = std::max(default_expert_budget(trunk_bytes), kMinDefaultBudget);
+// The limit the experts and the rest must fit in: --memory-limit, else the cgroup's.
+std::optional<MemoryLimit> memory_limit(const SourceOptions& o) {
+  if (o.memory_limit) return MemoryLimit{*o.memory_limit, "--memory-limit"};
+  return cgroup_memory_limit();
+}
+
+// The default budget where slots are host memory: MemAvailable's rule, at most what the limit
+// leaves (split->arena); throws, naming the limit, when that is below kMinDefaultBudget.
+uint64_t default_host_budget(uint64_t trunk_bytes, const std::optional<MemoryLimit>& limit, int reader_threads) {
+  const uint64_t from_available = std::max(default_expert_budget(trunk_bytes), kMinDefaultBudget);
+  if (!limit) return from_available;
+  return std::min(from_available, split_memory(*limit, trunk_bytes, reader_threads, kMinDefaultBudget).arena);
+}
+
+// The mapped trunk: every tensor but the routed expert stacks and the n-gram tables that are
+// read row by row.
+std::vector<util::ByteRange> trunk_ranges(const gguf::Reader& reader, const model::ModelConfig& c) {
+  std::vector<std::string> skip;
+  for (const model::TensorSpec& s : model::tensor_specs(c))
+    if (s.role == model::Role::NgramTable) skip.push_back(s.name);
+  std::vector<util::ByteRange> out;
+  for (const auto& t : reader.tensors()) {
+    if (!t.data || t.name.ends_with("_exps.weight")) continue;
+    if (std::find(skip.begin(), skip.end(), t.name) != skip.end()) continue;
+    out.push_back({t.data, t.nbytes});
   }
+  return out;
+}
+
+// Locks the trunk in RAM so a memory cap never evicts and re-reads it; says once per process
+// when the kernel refuses.
+std::string lock_trunk(const gguf::Reader& reader, const model::ModelConfig& c) {
+  const std::vector<util::ByteRange> ranges = trunk_ranges(reader, c);
+  const util::LockResult r = util::lock_in_memory(ranges);
+  if (r.failure.empty()) return cat("trunk ", format_bytes(r.locked), " locked in RAM");
+  static bool warned = false;
+  if (!warned) {
+    warned = true;
+    std::fprintf(stderr,
+                 "[strata] warning: could not lock the trunk in RAM (%s locked of %s): %s; under memory "
+                 "pressure its pages may be evicted and read again\n",
+                 format_bytes(r.locked).c_str(), format_bytes(r.asked).c_str(), r.failure.c_str());
+  }
+  return cat("trunk not locked (", format_bytes(r.locked), " of ", format_bytes(r.asked), ")");
+}
+
+OpenedSource streamed(const gguf::Reader& reader, const model::ModelConfig& c, std::unique_ptr<Pack> pack,
+                      uint64_t trunk_bytes, backend::Backend& backend, const SourceOptions& o) {
+  StreamingOptions so;
   so.backend = &backend;
   so.read_ahead = o.read_ahead;
   so.reader.wrap = o.io_wrapper;
+  const std::optional<uint64_t> device_free = backend.expert_memory_free();
+  std::string budget_note, memory_note;
+  if (device_free) {
+    so.budget_bytes = o.budget_bytes.value_or(std::max(default_device_budget(*device_free), kMinDefaultBudget));
+    if (!o.budget_bytes)
+      budget_note = cat(" (default: ", format_bytes(*device_free), " free on the ", backend.name(),
+                        " device less a margin)");
+  } else {
+    const std::optional<MemoryLimit> limit = memory_limit(o);
+    so.budget_bytes = o.budget_bytes.value_or(default_host_budget(trunk_bytes, limit, so.reader.threads));
+    bool fits = true;
+    if (limit) {
+      MemorySplit split = split_memory(*limit, trunk_bytes, so.reader.threads, 0);
+      fits = so.budget_bytes <= split.arena;
+      if (!fits) {
+        const std::string why = cat("--expert-budget ", format_bytes(so.budget_bytes), " does not fit: ",
+                                    split.describe());
+        if (o.memory_limit) fail(why, "; lower --expert-budget or raise --memory-limit");
+        std::fprintf(stderr, "[strata] warning: %s; the trunk is not locked, so the cap evicts and re-reads it\n",
+                     why.c_str());
+      }
+      split.arena = so.budget_bytes;
+      memory_note = "; " + split.describe();
+    }
+    // A locked trunk with an arena that does not fit beside it would not be slow but killed.
+    memory_note += "; " + (fits ? lock_trunk(reader, c) : std::string("trunk not locked (over the limit)"));
+  }
   const std::string path = pack->path();
   auto source = std::make_unique<StreamingSource>(std::move(pack), so);
   const Arena& a = source->arena();
@@ -139,7 +212,7 @@ OpenedSource streamed(std::unique_ptr<Pack> pack, uint64_t trunk_bytes, backend:
           cat("streamed from ", path, device_free ? cat(" into ", backend.name(), " memory") : "",
               ", budget ", format_bytes(so.budget_bytes), budget_note, " (", a.n_slots(),
               " slots of ", format_bytes(a.slot_bytes()), ", read-ahead ",
-              o.read_ahead ? "on" : "off", ")")};
+              o.read_ahead ? "on" : "off", ")", memory_note)};
 }
 
 }  // namespace
@@ -153,10 +226,14 @@ OpenedSource open_expert_source(const gguf::Reader& reader, const model::ModelCo
   }
   const uint64_t trunk_bytes = all_bytes - expert_bytes;
   if (!has_expert_stacks(reader) || o.budget_bytes || !o.pack.empty())
-    return streamed(open_model_pack(reader, c, o.pack), trunk_bytes, backend, o);
-  const bool fits = expert_bytes <= std::max(default_expert_budget(trunk_bytes), kMinDefaultBudget);
+    return streamed(reader, c, open_model_pack(reader, c, o.pack), trunk_bytes, backend, o);
+  // Under a memory limit the experts are mapped only when they fit what it leaves for them.
+  uint64_t room = std::max(default_expert_budget(trunk_bytes), kMinDefaultBudget);
+  if (const auto limit = memory_limit(o))
+    room = std::min(room, split_memory(*limit, trunk_bytes, ReaderOptions{}.threads, 0).arena);
+  const bool fits = expert_bytes <= room;
   if (!fits && std::filesystem::exists(pack_path_for(reader)))
-    return streamed(open_model_pack(reader, c), trunk_bytes, backend, o);
+    return streamed(reader, c, open_model_pack(reader, c), trunk_bytes, backend, o);
   return {make_mapped_source(reader, c, backend), "mapped from the GGUF"};
 }
 

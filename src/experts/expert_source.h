@@ -36,6 +36,9 @@ struct CacheStats {
   uint64_t read_ahead_predicted = 0;  // routed experts of a layer that its read-ahead guess named
   uint64_t read_ahead_routed = 0;     // routed experts of layers that had a guess
   uint64_t read_ahead_skipped = 0;    // guesses scored but not read: recent accuracy too low
+  uint64_t read_ahead_bytes = 0;         // record bytes of the read-ahead requests queued
+  uint64_t read_ahead_useful_bytes = 0;  // ... whose expert was routed to before it left the arena
+  uint64_t read_ahead_capped = 0;        // guessed missing experts not read: out of read-ahead credit
   uint64_t chunked_layers = 0;        // layer windows computed in more than one group
   uint64_t evictions = 0;
   uint64_t early_retirements = 0;  // limbo retired before the window boundary (over budget)
@@ -44,11 +47,14 @@ struct CacheStats {
 
   double hit_rate() const;             // 0..1, 0 without lookups
   double read_ahead_accuracy() const;  // read_ahead_predicted / read_ahead_routed
+  // read_ahead_useful_bytes / read_ahead_bytes: bytes read ahead that became hits per byte read
+  // ahead; 0 without read-ahead.
+  double read_ahead_value() const;
   // These counters minus `earlier`'s (the work between two snapshots).
   CacheStats since(const CacheStats& earlier) const;
   // "expert cache: 812 hits, 40 misses (95.3%), 8.6 MB read at 1.20 GB/s, stall 12.0 ms,
-  // read-ahead 31 reads guessed 77.5% of routed experts (0 guesses not read), 0 chunked layers,
-  // 71 evictions".
+  // read-ahead 31 reads guessed 77.5% of routed experts (0 guesses not read), 80.6% of its bytes
+  // became hits (0 reads capped), 0 chunked layers, 71 evictions".
   std::string summary() const;
 };
 
@@ -123,6 +129,9 @@ struct SourceOptions {
                                          // MODEL.gguf.experts
   bool read_ahead = true;                // --read-ahead
   FileIoWrapper io_wrapper;              // wraps the pack reader's I/O (fault injection)
+  // --memory-limit: trunk, arena, readers and activations stay inside it (memory_limit.h); unset:
+  // the cgroup's limit when one is set.
+  std::optional<uint64_t> memory_limit;
 };
 
 struct OpenedSource {

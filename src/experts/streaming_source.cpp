@@ -18,6 +18,10 @@ using Clock = std::chrono::steady_clock;
 constexpr double kReadAheadDecay = 0.98;
 constexpr double kReadAheadWarmup = 64;
 constexpr double kReadAheadMinAccuracy = 0.25;
+// Read-ahead value cap (see read_ahead_credit_): the credit, in records, at the start and at most,
+// and what a read-ahead read that became a hit earns back.
+constexpr double kReadAheadCredit = 64;
+constexpr double kReadAheadRefund = 2;
 // Start-up pins whose reads are in flight at once.
 constexpr size_t kPinBatch = 64;
 
@@ -84,7 +88,10 @@ std::unique_ptr<RecordIo> make_reader_io(const Pack& pack, const ReaderOptions& 
 StreamingSource::StreamingSource(std::vector<Layout> layouts, int n_experts,
                                  uint64_t max_record_bytes, std::unique_ptr<RecordIo> io,
                                  const StreamingOptions& o)
-    : layouts_(std::move(layouts)), n_experts_(n_experts), read_ahead_(o.read_ahead) {
+    : layouts_(std::move(layouts)),
+      n_experts_(n_experts),
+      read_ahead_(o.read_ahead),
+      read_ahead_credit_(kReadAheadCredit) {
   const uint64_t slot = (max_record_bytes + Arena::kSlotAlignment - 1) / Arena::kSlotAlignment *
                         Arena::kSlotAlignment;
   if (slot == 0) fail("expert cache: the pack's records are empty");
@@ -101,6 +108,7 @@ StreamingSource::StreamingSource(std::vector<Layout> layouts, int n_experts,
   io_ = std::move(io);
   pending_.assign(n_slots, 0);
   unseen_.assign(n_slots, 0);
+  ahead_unused_.assign(n_slots, 0);
   settle_fn_ = [this](int32_t s) { settle(s); };
   weights_.resize(size_t(n_experts_));
   publish(false);
@@ -118,6 +126,7 @@ StreamingSource::~StreamingSource() {
 
 void StreamingSource::settle(int32_t s) {
   slots_->recycle(s);
+  ahead_unused_[size_t(s)] = 0;  // evicted before any window routed to it
   const RecordIo::Id id = pending_[size_t(s)];
   if (id == 0) return;
   pending_[size_t(s)] = 0;
@@ -153,6 +162,7 @@ void StreamingSource::finish_read(int32_t s, int layer, int expert) {
       return;
     }
     slots_->discard(s);
+    ahead_unused_[size_t(s)] = 0;
     arena_->drop(s);
     throw;
   }
@@ -169,6 +179,7 @@ void StreamingSource::end_window() {
   arena_->release_holds();
   arena_->end_window(settle_fn_);
   guess_layer_ = -1;
+  read_ahead_credit_ = std::min(kReadAheadCredit, read_ahead_credit_ + 1);
   publish(true);
 }
 
@@ -195,6 +206,11 @@ void StreamingSource::start(int il, std::span<const int32_t> ids) {
     if (s != Arena::kMiss) {
       arena_->touch(s);
       if (pending_[size_t(s)] != 0) io_->promote(pending_[size_t(s)]);
+      if (ahead_unused_[size_t(s)]) {
+        ahead_unused_[size_t(s)] = 0;
+        stats_.read_ahead_useful_bytes += layouts_[size_t(il)].record_bytes;
+        read_ahead_credit_ = std::min(kReadAheadCredit, read_ahead_credit_ + kReadAheadRefund);
+      }
     } else {
       s = arena_->assign(il, e, settle_fn_);
       if (s == Arena::kMiss)
@@ -299,12 +315,20 @@ void StreamingSource::read_ahead(int il, const backend::Routing& guess) {
   // A guess larger than what is free to take would only evict experts about to be used.
   const size_t room = arena_->n_slots() - arena_->pinned_count() - arena_->held();
   if (missing.size() > room / 2) return;
-  for (int32_t e : missing) {
+  for (size_t i = 0; i < missing.size(); ++i) {
+    if (read_ahead_credit_ < 1) {
+      stats_.read_ahead_capped += missing.size() - i;
+      return;
+    }
+    const int32_t e = missing[i];
     const int32_t s = arena_->assign(il, e, settle_fn_);
     if (s == Arena::kMiss) return;
     pending_[size_t(s)] = io_->submit(il, e, slots_->landing(s), Priority::ReadAhead);
     unseen_[size_t(s)] = 1;
+    ahead_unused_[size_t(s)] = 1;
+    read_ahead_credit_ -= 1;
     ++stats_.read_ahead_reads;
+    stats_.read_ahead_bytes += layouts_[size_t(il)].record_bytes;
   }
 }
 

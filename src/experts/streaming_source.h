@@ -124,6 +124,14 @@ class StreamingSource : public ExpertSource {
   // alone, never on I/O timing.
   double recent_predicted_ = 0;
   double recent_routed_ = 0;
+  // The read-ahead value cap (docs/EXPERT_CACHE.md, "Read-ahead"): a read-ahead read spends one
+  // record of credit, and each one whose expert is routed to before it leaves the arena (a hit it
+  // made) earns kReadAheadRefund back; every window boundary adds one, up to kReadAheadCredit.
+  // So the read-ahead bytes are at most kReadAheadRefund times those that became hits, plus a
+  // record per window: guesses worth less than 1 / kReadAheadRefund of their bytes stop costing
+  // disk time and evictions. Like the accuracy gate it depends on routing alone.
+  double read_ahead_credit_;
+  std::vector<uint8_t> ahead_unused_;  // per slot: filled by read-ahead, not yet routed to
   CacheStats stats_;
   // What end_window publishes for snapshot(); the forward thread writes it, anyone reads it.
   mutable std::mutex snapshot_mutex_;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "util/run_counters.h"
+
 #if defined(__linux__)
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -106,8 +108,10 @@ void ThreadPool::run(int64_t n_tasks, RangeFn fn, void* ctx) {
     return;
   }
   std::lock_guard lock(callers_);
+  util::PoolCounters& counters = util::pool_counters();
   if (inline_steps_ > 0) {
     --inline_steps_;
+    counters.inline_steps.fetch_add(1, std::memory_order_relaxed);
     InTask in_task;
     fn(ctx, 0, n_tasks);
     return;
@@ -117,13 +121,19 @@ void ThreadPool::run(int64_t n_tasks, RangeFn fn, void* ctx) {
   n_tasks_ = n_tasks;
   pending_.store(uint32_t(n_threads_ - 1), std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleeping_helpers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(generation_);
+  counters.steps.fetch_add(1, std::memory_order_relaxed);
+  if (sleeping_helpers_.load(std::memory_order_seq_cst) > 0) {
+    futex_wake_all(generation_);
+    counters.helper_wakes.fetch_add(1, std::memory_order_relaxed);
+  }
 
   const auto start = std::chrono::steady_clock::now();
   run_range(0);
   const auto own_done = std::chrono::steady_clock::now();
   wait_for_helpers();
-  note_wait(own_done - start, std::chrono::steady_clock::now() - own_done);
+  const auto waited = std::chrono::steady_clock::now() - own_done;
+  counters.wait_ns.fetch_add(uint64_t(std::chrono::nanoseconds(waited).count()), std::memory_order_relaxed);
+  note_wait(own_done - start, waited);
 
   std::exception_ptr first;
   for (Slot& s : slots_) {
@@ -141,6 +151,7 @@ void ThreadPool::note_wait(std::chrono::nanoseconds own, std::chrono::nanosecond
     // One more late step after the inline stretch sends it straight back inline.
     late_streak_ = kLateStepsToGoInline - 1;
     ++inline_switches_;
+    util::pool_counters().inline_switches.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -162,11 +173,13 @@ void ThreadPool::wait_for_helpers() {
   // Announce the sleep before re-reading pending_, so the last helper either sees the flag and
   // wakes us or finished before our read (both sides are seq_cst).
   caller_sleeping_.store(1, std::memory_order_seq_cst);
+  util::pool_counters().caller_sleeps.fetch_add(1, std::memory_order_relaxed);
   for (uint32_t p; (p = pending_.load(std::memory_order_seq_cst)) != 0;) futex_wait(pending_, p);
   caller_sleeping_.store(0, std::memory_order_relaxed);
 }
 
 void ThreadPool::worker_loop(int index) {
+  util::name_thread(util::kPoolThreadName);
   t_in_task = true;
   uint32_t seen = 0;
   for (;;) {
