@@ -88,7 +88,7 @@ Generation::Generation(decode::LoadedModel& model, Metrics& metrics, GenerationO
       scheduler_(options_.queue, options_.parallel) {}
 
 LiveGauges Generation::gauges() const {
-  LiveGauges g{scheduler_.queued(), scheduler_.capacity(), scheduler_.running(), scheduler_.workers(), {}};
+  LiveGauges g{scheduler_.queued(), scheduler_.capacity(), scheduler_.running(), scheduler_.workers(), {}, {}};
   for (const Job::Progress& p : scheduler_.progress()) g.sequences.push_back({p.sequence, p.tokens, p.decode_tok_per_s});
   if (const auto snap = model_.model().expert_source().snapshot()) g.expert_cache = snap->stats;
   return g;
