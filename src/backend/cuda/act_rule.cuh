@@ -39,7 +39,9 @@ __device__ __forceinline__ float act_warp_first_max(const float (&v)[kPerLane], 
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i)
     if (i == local) mine = v[i];
-  const unsigned index = __reduce_min_sync(0xffffffffu, unsigned(lane * kPerLane + local));
+  // A lane without such an element offers an index past the block, never a lane's own range.
+  const unsigned offer = local < kPerLane ? unsigned(lane * kPerLane + local) : 32u * kPerLane;
+  const unsigned index = __reduce_min_sync(0xffffffffu, offer);
   return __shfl_sync(0xffffffffu, mine, int(index / kPerLane));
 }
 
