@@ -19,7 +19,8 @@ namespace {
 
 // The formats with AVX-512 dot kernels, and those of them with a multi-activation kernel too;
 // TheListsAreComplete keeps both in step with the registry.
-constexpr Type kAvx512Formats[] = {Type::Q8_0, Type::Q4_K, Type::Q6_K, Type::IQ2_XS};
+constexpr Type kAvx512Formats[] = {Type::Q8_0, Type::Q4_K, Type::Q6_K, Type::IQ2_XXS,
+                                   Type::IQ2_XS};
 constexpr Type kAvx512RowsFormats[] = {Type::Q8_0, Type::IQ2_XS};
 
 template <size_t N>
@@ -74,7 +75,7 @@ ScaleField scale_field(Type t) {
     case Type::Q6_K:
       return {208, 2};  // d after ql, qh and scales
     default:
-      return {0, 2};  // Q8_0, IQ2_XS: d first
+      return {0, 2};  // Q8_0, IQ2_XXS, IQ2_XS: d first
   }
 }
 
