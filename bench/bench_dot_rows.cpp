@@ -59,7 +59,8 @@ void run_dot_rows(benchmark::State& state, quant::Type t, int count) {
 }  // namespace
 
 void register_dot_rows_benchmarks() {
-  for (quant::Type t : {quant::Type::Q8_0, quant::Type::IQ2_XS, quant::Type::F32})
+  for (quant::Type t : {quant::Type::Q8_0, quant::Type::IQ2_XS, quant::Type::Q4_K, quant::Type::Q6_K,
+                        quant::Type::F32})
     for (int count : {1, 2, 4, 8})
       benchmark::RegisterBenchmark(
           ("dot_rows/" + std::string(quant::type_name(t)) + "/count:" + std::to_string(count))

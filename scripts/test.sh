@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test; docs/RELIABILITY.md says what each stage promises and costs.
-#  1. Release build: the whole ctest suite.
+#  1. Release build: the whole ctest suite, then the kernel, backend-op and model-fixture tests
+#     again at every SIMD level the CPU has (STRATA_ISA=scalar, avx2, avx512).
 #  2. A clang build with AddressSanitizer + UndefinedBehaviorSanitizer, findings fatal
 #     (-fno-sanitize-recover=all): the whole ctest suite again, apart from the tests that measure
 #     RSS (ASan's shadow memory makes that meaningless), then each libFuzzer target for
@@ -28,6 +29,15 @@ for p in "${npm_packages[@]}"; do
 done
 stage "release ctest"
 (cd "$build" && ctest --output-on-failure --parallel "$jobs")
+# ctest ran the fastest level the CPU has; forcing each level (util/cpu.h) runs every dispatch
+# path through matvec, the backend ops and the model fixtures too. `strata --version` fails for a
+# level the CPU lacks.
+isa_filter='*Quant*:Cpu*:Backends/*:Archs/*:Reference/*:MatvecParallel*'
+for level in scalar avx2 avx512; do
+  STRATA_ISA="$level" "$build/strata" --version >/dev/null 2>&1 || continue
+  stage "kernel, op and fixture tests at STRATA_ISA=$level"
+  STRATA_ISA="$level" "$build/strata_tests" --gtest_filter="$isa_filter" --gtest_brief=1
+done
 [[ "${STRATA_SANITIZERS:-1}" == 0 ]] && exit 0
 
 # Configures a clang build once: DIR SANITIZERS [extra cmake args].

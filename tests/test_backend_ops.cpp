@@ -148,7 +148,7 @@ TEST(CpuBackend, WeightViewsAndSlices) {
 
 // The vector kernels' two builds are one definition: bitwise equal on every length.
 TEST(CpuVecKernels, Avx2BuildEqualsBaselineBitwise) {
-  if (!cpu_features().avx2) GTEST_SKIP() << "no AVX2";
+  if (!hardware_features().avx2) GTEST_SKIP() << "CPU lacks AVX2+FMA+F16C";
   const cpu::VecKernels& a = *cpu::vec_avx2();
   const cpu::VecKernels& b = cpu::kVecBaseline;
   for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 128, 130, 257}) {

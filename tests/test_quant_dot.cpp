@@ -108,7 +108,9 @@ TEST_P(QuantDot, MatvecEqualsRowDots) {
 
 TEST_P(QuantDot, DispatchFollowsCpu) {
   const FormatKernels& k = kernels(GetParam());
-  const DotFn want = cpu_features().avx2 && k.dot_avx2 ? k.dot_avx2 : k.dot_ref;
+  const DotFn want = cpu_features().avx512 && k.dot_avx512 ? k.dot_avx512
+                     : cpu_features().avx2 && k.dot_avx2   ? k.dot_avx2
+                                                           : k.dot_ref;
   EXPECT_EQ(dot_kernel(GetParam()), want);
   if (const char* isa = std::getenv("STRATA_ISA"); isa && std::string(isa) == "scalar") {
     EXPECT_EQ(dot_kernel(GetParam()), k.dot_ref);

@@ -242,7 +242,7 @@ TEST(QuantFP8, DotRefMatchesDequantizedSum) {
 }
 
 TEST(QuantFP8, Avx2BitwiseEqualsReference) {
-  if (!cpu_features().avx2) GTEST_SKIP() << "no AVX2";
+  if (!hardware_features().avx2) GTEST_SKIP() << "CPU lacks AVX2+FMA+F16C";
   const FormatKernels& k = kFP8_E4M3Kernels;
   ASSERT_NE(k.dot_avx2, nullptr);
   EXPECT_EQ(k.dot_tolerance, 0.0f);

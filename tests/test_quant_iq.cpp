@@ -83,8 +83,11 @@ iq::BlockQ8K half_ones() {
 void expect_dots(const FormatKernels& k, const void* w, float expected) {
   const iq::BlockQ8K a = half_ones();
   EXPECT_EQ(k.dot_ref(w, &a, 256), expected);
-  if (cpu_features().avx2) {
+  if (hardware_features().avx2) {
     EXPECT_EQ(k.dot_avx2(w, &a, 256), expected);
+  }
+  if (hardware_features().avx512 && k.dot_avx512) {
+    EXPECT_EQ(k.dot_avx512(w, &a, 256), expected);
   }
 }
 
@@ -249,7 +252,7 @@ TEST(QuantIQ, DotRefMatchesDequantizedSum) {
 }
 
 TEST(QuantIQ, Avx2BitwiseEqualsReference) {
-  if (!cpu_features().avx2) GTEST_SKIP() << "no AVX2";
+  if (!hardware_features().avx2) GTEST_SKIP() << "CPU lacks AVX2+FMA+F16C";
   Rng rng(12);
   for (const FormatKernels* k : kIQ) {
     ASSERT_NE(k->dot_avx2, nullptr);

@@ -1,24 +1,18 @@
 // Shared helpers of the test_quant_*.cpp tests.
 #pragma once
 
-#include <cpuid.h>
-
 #include <cstdint>
 #include <vector>
 
 #include "quant/formats/blocks.h"
 #include "quant/kernels.h"
 #include "quant/types.h"
+#include "util/cpu.h"
 
 namespace strata::quant::testing {
 
-// The hardware's answer, whatever STRATA_ISA says. F16C has no __builtin_cpu_supports name in
-// clang 14: its CPUID bit (leaf 1, ECX bit 29) is read directly, as src/util/cpu.cpp does.
-inline bool cpu_has_avx2() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-}
+// The hardware's answer, whatever STRATA_ISA says.
+inline bool cpu_has_avx2() { return hardware_features().avx2; }
 
 constexpr Type kMyTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q8_0, Type::Q4_0,
                              Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K};

@@ -26,6 +26,7 @@
 #include "experts/arena.h"
 #include "experts/streaming_source.h"
 #include "model/route_control.h"
+#include "util/cpu.h"
 #include "util/error.h"
 #include "util/run_counters.h"
 
@@ -236,7 +237,8 @@ void run_continue(const BenchOptions& o) {
   nlohmann::ordered_json j;
   j["model"] = o.model;
   j["experts"] = m.experts_description();
-  j["threads"] = o.threads;
+  j["threads"] = lm.threads();
+  j["isa"] = isa_name(cpu_features().level());
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["route_trace"] = o.route.trace;
   j["continue_from"] = o.continue_from;
@@ -303,7 +305,8 @@ void run_parallel(const BenchOptions& o) {
   j["model"] = o.model;
   j["experts"] = m.experts_description();
   j["device"] = lm.device_description();
-  j["threads"] = o.threads;
+  j["threads"] = lm.threads();
+  j["isa"] = isa_name(cpu_features().level());
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["parallel"] = o.parallel;
   j["seed"] = o.seed;
@@ -374,7 +377,8 @@ void run_bench(const BenchOptions& o) {
   j["model"] = o.model;
   j["experts"] = m.experts_description();
   j["device"] = lm.device_description();
-  j["threads"] = o.threads;
+  j["threads"] = lm.threads();
+  j["isa"] = isa_name(cpu_features().level());
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["route_trace"] = o.route.trace;
   j["seed"] = o.seed;

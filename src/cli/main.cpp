@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
     ~ReportFaults() { strata::cli::report_io_faults(); }
   } report_faults;
   try {
+    strata::cpu_features();  // a bad STRATA_ISA is an error before any work starts
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -39,8 +39,8 @@ std::string no_cuda_reason() {
 OpenedBackend cpu(int threads, const std::string& why) {
   auto be = std::make_unique<backend::CpuBackend>(threads);
   const int n = be->threads();
-  return {std::move(be), cat("cpu (", n, " thread", n == 1 ? "" : "s", why.empty() ? "" : "; ",
-                             why, ")")};
+  return {std::move(be),
+          cat("cpu (", n, " thread", n == 1 ? "" : "s", why.empty() ? "" : "; ", why, ")"), n};
 }
 
 }  // namespace

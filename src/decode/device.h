@@ -27,6 +27,7 @@ struct OpenedBackend {
   // "cpu (16 threads)" or "cuda:0 (NVIDIA H200, 139.8 GiB, 120.3 GiB free; model 43.3 GiB)",
   // with why auto chose it.
   std::string description;
+  int threads = 0;  // the CPU backend's thread count (--threads or one per hardware thread); 0 on a GPU
 };
 
 // The backend for the model at `model_path` with its experts placed as `experts` asks. Throws

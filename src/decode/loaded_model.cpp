@@ -16,6 +16,7 @@ LoadedModel::LoadedModel(const LoadOptions& options) : path_(options.path), ctx_
       open_backend(parse_device(options.device), options.threads, path_, options.experts);
   backend_ = std::move(opened.backend);
   device_description_ = std::move(opened.description);
+  threads_ = opened.threads;
   model_ = model::Model::load(path_, *backend_, options.experts);
   if (ctx_ > model_->config().n_ctx)
     fail("--ctx: ", ctx_, " exceeds the model's context of ", model_->config().n_ctx);

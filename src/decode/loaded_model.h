@@ -40,6 +40,9 @@ class LoadedModel {
   // "cpu (2 threads)", "cuda:0 (NVIDIA H200, ...)": what runs the model, for the start-up line.
   const std::string& device_description() const { return device_description_; }
   int64_t ctx() const { return ctx_; }
+  // CPU threads the backend computes with (what --threads asked for, or one per hardware thread
+  // when it was not given); 0 when a GPU computes.
+  int threads() const { return threads_; }
 
   bool has_chat_template() const { return template_.has_value(); }
   // Whether the chat template writes a <think> reasoning block (Qwen3 and its family).
@@ -58,6 +61,7 @@ class LoadedModel {
   int64_t ctx_;
   std::unique_ptr<backend::Backend> backend_;
   std::string device_description_;
+  int threads_ = 0;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::optional<chat::Template> template_;

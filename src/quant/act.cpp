@@ -1,15 +1,11 @@
-// Activation layouts: fp32 as is, or quantized to ggml's block_q8_0 / block_q8_K once per mat-vec.
-//
-// Quantization rule, shared bit for bit with act_avx2.cpp: amax = max |x| over the block (taken on
-// the bit patterns, so the result does not depend on the order of a SIMD reduction), d = amax /
-// 127; a block with d below FLT_MIN (zero, tiny, or holding a nan) becomes d = 0 and all-zero
-// codes, as 1 / d would overflow; otherwise v = x * (1 / d) clamped to [-127, 127] (maxps/minps
-// semantics) and rounded to nearest, ties to even. q is therefore always in [-127, 127].
+// Activation layouts: fp32 as is, or quantized to ggml's block_q8_0 / block_q8_K once per mat-vec,
+// by ggml's x86 rule (act_rule.h), bit for bit the same as act_avx2.cpp and act_avx512.cpp.
+#include <algorithm>
 #include <bit>
-#include <cfloat>
 #include <cmath>
 #include <cstring>
 
+#include "quant/act_rule.h"
 #include "quant/formats/blocks.h"
 #include "quant/kernels.h"
 #include "util/cpu.h"
@@ -19,26 +15,42 @@ namespace strata::quant {
 
 namespace {
 
-// Returns d and writes the n codes of one block.
-float quantize_block(const float* x, int8_t* q, int n) {
-  uint32_t amax_bits = 0;
-  for (int i = 0; i < n; ++i) {
-    const uint32_t b = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
-    if (b > amax_bits) amax_bits = b;
-  }
-  const float d = std::bit_cast<float>(amax_bits) / 127.0f;
-  if (!(d >= FLT_MIN)) {
+uint32_t abs_bits(float v) { return std::bit_cast<uint32_t>(v) & 0x7fffffffu; }
+
+// The n codes of one block for multiplier `mul` (zero codes for a zero block).
+void write_codes(const float* x, int8_t* q, int n, const ActScale& s) {
+  if (s.zero) {
     std::memset(q, 0, size_t(n));
-    return 0.0f;
+    return;
   }
-  const float id = 1.0f / d;
-  for (int i = 0; i < n; ++i) {
-    float v = x[i] * id;
-    v = v > -127.0f ? v : -127.0f;
-    v = v < 127.0f ? v : 127.0f;
-    q[i] = int8_t(std::nearbyint(v));
+  for (int i = 0; i < n; ++i) q[i] = int8_t(std::nearbyint(x[i] * s.mul));
+}
+
+void quantize_q8_0_block(const float* x, BlockQ8_0& y) {
+  uint32_t amax = 0;
+  for (int i = 0; i < kQK; ++i) amax = std::max(amax, abs_bits(x[i]));
+  const ActScale s = q8_0_scale(amax);
+  y.d = fp32_to_fp16(s.d);
+  write_codes(x, y.qs, kQK, s);
+}
+
+void quantize_q8_k_block(const float* x, BlockQ8_K& y) {
+  uint32_t amax = 0;
+  int first = 0;  // the first element of largest |x|
+  for (int i = 0; i < kQK_K; ++i) {
+    if (abs_bits(x[i]) > amax) {
+      amax = abs_bits(x[i]);
+      first = i;
+    }
   }
-  return d;
+  const ActScale s = q8_k_scale(amax, x[first]);
+  y.d = s.d;
+  write_codes(x, y.qs, kQK_K, s);
+  for (int g = 0; g < kQK_K / 16; ++g) {
+    int sum = 0;
+    for (int i = 0; i < 16; ++i) sum += y.qs[g * 16 + i];
+    y.bsums[g] = int16_t(sum);
+  }
 }
 
 }  // namespace
@@ -74,27 +86,22 @@ void quantize_act_ref(ActFormat f, const float* x, void* out, int64_t n) {
       return;
     case ActFormat::Q8_0: {
       auto* y = static_cast<BlockQ8_0*>(out);
-      for (int64_t b = 0; b < n / kQK; ++b)
-        y[b].d = fp32_to_fp16(quantize_block(x + b * kQK, y[b].qs, kQK));
+      for (int64_t b = 0; b < n / kQK; ++b) quantize_q8_0_block(x + b * kQK, y[b]);
       return;
     }
     case ActFormat::Q8_K: {
       auto* y = static_cast<BlockQ8_K*>(out);
-      for (int64_t b = 0; b < n / kQK_K; ++b) {
-        y[b].d = quantize_block(x + b * kQK_K, y[b].qs, kQK_K);
-        for (int g = 0; g < 16; ++g) {
-          int s = 0;
-          for (int i = 0; i < 16; ++i) s += y[b].qs[g * 16 + i];
-          y[b].bsums[g] = int16_t(s);
-        }
-      }
+      for (int64_t b = 0; b < n / kQK_K; ++b) quantize_q8_k_block(x + b * kQK_K, y[b]);
       return;
     }
   }
 }
 
 void quantize_act(ActFormat f, const float* x, void* out, int64_t n) {
-  if (cpu_features().avx2)
+  const CpuFeatures& cpu = cpu_features();
+  if (cpu.avx512)
+    quantize_act_avx512(f, x, out, n);
+  else if (cpu.avx2)
     quantize_act_avx2(f, x, out, n);
   else
     quantize_act_ref(f, x, out, n);

@@ -37,6 +37,12 @@ struct FormatKernels {
   // equals dot_avx2 on that activation bit for bit.
   void (*dot_rows_avx2)(const void* weights, const void* const* acts, int count, int64_t n,
                         float* out) = nullptr;
+  // AVX-512 (F, BW, VL, DQ, VNNI; util/cpu.h) kernels, null where the format has none (the AVX2
+  // ones run then). Bitwise equal to dot_ref, as the AVX2 ones are when dot_tolerance is 0; the
+  // multi-activation one is bitwise dot_avx512 on each activation.
+  float (*dot_avx512)(const void* weights, const void* act, int64_t n) = nullptr;
+  void (*dot_rows_avx512)(const void* weights, const void* const* acts, int count, int64_t n,
+                          float* out) = nullptr;
 };
 
 // The table for a weight format; throws strata::Error for a type without kernels.
@@ -48,14 +54,15 @@ bool has_kernels(Type t);
 // Bytes an activation of n elements takes in the given layout (n a multiple of its block).
 size_t act_bytes(ActFormat f, int64_t n);
 int64_t act_block_elems(ActFormat f);
-// Prepares an activation: copies (F32) or quantizes x into out. Scalar reference and AVX2 path
-// produce identical bytes.
+// Prepares an activation: copies (F32) or quantizes x into out by ggml's x86 rule (act_rule.h).
+// The scalar reference and the AVX2 and AVX-512 paths produce identical bytes.
 void quantize_act(ActFormat f, const float* x, void* out, int64_t n);
 void quantize_act_ref(ActFormat f, const float* x, void* out, int64_t n);
 
 // Dispatch ----------------------------------------------------------------------------------------
 
-// The dot kernel this process uses for t (fast if the CPU allows, else the reference).
+// The dot kernel this process uses for t: the fastest the CPU (or STRATA_ISA) allows that the
+// format has, else the reference.
 using DotFn = float (*)(const void* weights, const void* act, int64_t n);
 DotFn dot_kernel(Type t);
 

@@ -1,4 +1,5 @@
-// The one list of formats with kernels, and the run-time choice between reference and AVX2.
+// The one list of formats with kernels, and the run-time choice between the reference, AVX2 and
+// AVX-512 kernels.
 #include <vector>
 
 #include "quant/formats/formats.h"
@@ -30,16 +31,15 @@ const FormatKernels& kernels(Type t) {
   fail("no kernels for tensor type ", type_info(t).name);
 }
 
-DotFn dot_kernel(Type t) {
-  const FormatKernels& k = kernels(t);
-  return (k.dot_avx2 && cpu_features().avx2) ? k.dot_avx2 : k.dot_ref;
-}
-
 DotRows dot_rows_kernel(Type t) {
   const FormatKernels& k = kernels(t);
-  const bool fast = k.dot_avx2 && cpu_features().avx2;
-  return {fast ? k.dot_avx2 : k.dot_ref, fast ? k.dot_rows_avx2 : nullptr};
+  const CpuFeatures& cpu = cpu_features();
+  if (k.dot_avx512 && cpu.avx512) return {k.dot_avx512, k.dot_rows_avx512};
+  if (k.dot_avx2 && cpu.avx2) return {k.dot_avx2, k.dot_rows_avx2};
+  return {k.dot_ref, nullptr};
 }
+
+DotFn dot_kernel(Type t) { return dot_rows_kernel(t).dot; }
 
 void matvec(Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols, const float* x,
             float* y, void* act_scratch) {

@@ -1,10 +1,12 @@
 // The activation quantizer: fp32 rows into ggml's block_q8_0 / block_q8_K, byte for byte what
 // quant::quantize_act_ref writes (quant/act.cpp), so the integer mat-vecs see the CPU's
-// activation. The rule: amax over the block on the bit patterns (|x| as integers, so NaN and inf
-// order as the CPU's scan does), d = amax / 127; a block with d below FLT_MIN (zero, tiny or NaN)
-// is d = 0 with zero codes; else q = round-to-even(clamp(x * (1 / d), -127, 127)). Every step is an
-// IEEE operation with the CPU's rounding (__fdiv_rn, __fmul_rn, __float2int_rn), the clamps are the
-// CPU's comparisons, and Q8_0's fp16 d is util/half.h's conversion.
+// activation. The rule is quant/act_rule.h's (ggml's x86 rule): Q8_0 stores fp16(amax / 127) and
+// codes round-to-even(x * (127 / amax)); Q8_K takes the first element of largest |x| with its
+// sign, iscale = -127 / max, codes round-to-even(iscale * x), d = 1 / iscale; a block with amax
+// zero, inf, nan or too small for 127 / amax is d = 0 with zero codes. Every step is an IEEE
+// operation with the CPU's rounding (__fdiv_rn, __fmul_rn, __float2int_rn), and Q8_0's fp16 d is
+// util/half.h's conversion.
+#include "backend/cuda/act_rule.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.h"
 
@@ -14,7 +16,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr unsigned kFull = 0xffffffffu;
-constexpr float kFloatMin = 0x1p-126f;
 
 // util/half.h's fp32_to_fp16, bit for bit (round to nearest even, quiet NaN payloads kept).
 __device__ uint32_t fp32_to_fp16_bits(float f) {
@@ -33,26 +34,12 @@ __device__ uint32_t fp32_to_fp16_bits(float f) {
   return sign | ((abs + 0xfffu + ((abs >> 13) & 1u) - 0x38000000u) >> 13);
 }
 
-// Codes of n elements for scale d; returns the d to store (0 when the block is all zero codes).
+// Codes of n elements: round-to-even(x * mul), or zeros for a zero block.
 template <int n>
-__device__ float quantize(const float* e, float d, int* q) {
-  if (!(d >= kFloatMin)) {
+__device__ void codes(const float* e, bool zero, float mul, int* q) {
 #pragma unroll
-    for (int k = 0; k < n; ++k) q[k] = 0;
-    return 0.0f;
-  }
-  const float id = __fdiv_rn(1.0f, d);
-#pragma unroll
-  for (int k = 0; k < n; ++k) {
-    float v = __fmul_rn(e[k], id);
-    v = v > -127.0f ? v : -127.0f;
-    v = v < 127.0f ? v : 127.0f;
-    q[k] = __float2int_rn(v);
-  }
-  return d;
+  for (int k = 0; k < n; ++k) q[k] = zero ? 0 : __float2int_rn(__fmul_rn(e[k], mul));
 }
-
-__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 
 __device__ __forceinline__ uint32_t pack4(const int* q) {
   return (uint32_t(q[0]) & 0xffu) | (uint32_t(q[1]) & 0xffu) << 8 | (uint32_t(q[2]) & 0xffu) << 16 |
@@ -72,12 +59,13 @@ __global__ void __launch_bounds__(kThreads)
     const float4* src = reinterpret_cast<const float4*>(x + tok * cols + b * 256) + 2 * lane;
     const float4 u = __ldg(src), v = __ldg(src + 1);
     const float e[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
-    uint32_t amax = 0;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) amax = max(amax, abs_bits(e[k]));
-    amax = __reduce_max_sync(kFull, amax);
+    const uint32_t amax = act_warp_amax(e);
+    const float first_max = act_warp_first_max(e, amax);
+    const bool zero = act_block_is_zero(amax);
+    const float mul = zero ? 0.0f : __fdiv_rn(-127.0f, first_max);
+    const float d = zero ? 0.0f : __fdiv_rn(1.0f, mul);
     int q[8];
-    const float d = quantize<8>(e, __fdiv_rn(__uint_as_float(amax), 127.0f), q);
+    codes<8>(e, zero, mul, q);
     uint8_t* o = out + size_t(tok) * stride + size_t(b) * 292;
     if (lane == 0) *reinterpret_cast<float*>(o) = d;
     *reinterpret_cast<uint32_t*>(o + 4 + 8 * lane) = pack4(q);
@@ -104,11 +92,14 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t tok = (active ? i : total - 1) / nb, b = (active ? i : total - 1) % nb;
     const float4 u = __ldg(reinterpret_cast<const float4*>(x + tok * cols + b * 32) + sub);
     const float e[4] = {u.x, u.y, u.z, u.w};
-    uint32_t amax = max(max(abs_bits(e[0]), abs_bits(e[1])), max(abs_bits(e[2]), abs_bits(e[3])));
+    uint32_t amax = max(max(act_abs_bits(e[0]), act_abs_bits(e[1])),
+                        max(act_abs_bits(e[2]), act_abs_bits(e[3])));
 #pragma unroll
     for (int o = 4; o > 0; o >>= 1) amax = max(amax, __shfl_xor_sync(kFull, amax, o));
+    const bool zero = act_block_is_zero(amax);
+    const float d = zero ? 0.0f : __fdiv_rn(__uint_as_float(amax), 127.0f);
     int q[4];
-    const float d = quantize<4>(e, __fdiv_rn(__uint_as_float(amax), 127.0f), q);
+    codes<4>(e, zero, zero ? 0.0f : __fdiv_rn(127.0f, __uint_as_float(amax)), q);
     if (!active) continue;
     uint8_t* o = out + size_t(tok) * stride + size_t(b) * 34;
     if (sub == 0) *reinterpret_cast<uint16_t*>(o) = uint16_t(fp32_to_fp16_bits(d));

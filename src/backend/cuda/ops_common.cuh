@@ -1,6 +1,6 @@
 // Device helpers the op kernels share: the CPU backend's lane-order dot product (so norms,
 // attention scores and block scores reduce in exactly the order ops_vec.h defines), the activation
-// quantization rule of quant/act.cpp, and launch-size arithmetic.
+// quantization rule of quant/act_rule.h, and launch-size arithmetic.
 //
 // Every float operation that the CPU reference performs as a separate multiply and add is written
 // with __fmul_rn / __fadd_rn here: nvcc contracts a plain `a * b + c` into an FMA, which would
@@ -13,6 +13,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "backend/cuda/act_rule.cuh"
 #include "backend/cuda/ops.h"
 
 namespace strata::cuda::detail {
@@ -41,32 +42,30 @@ __device__ __forceinline__ float half_warp_dot(const float* __restrict__ a,
   return __fadd_rn(acc, __shfl_xor_sync(kFullMask, acc, 1));
 }
 
-// Quantizes one activation block held by a warp (kPerLane values per lane, any assignment of
-// elements to lanes) by quant/act.cpp's rule and replaces each value by what the block encodes:
-// d * q (Q8_K) or fp16(d) * q (Q8_0). amax is taken on the bit patterns, so the warp's order does
-// not matter; d = amax / 127; a block with d below FLT_MIN (zero, tiny, nan) becomes zeros; else
-// q = round-to-nearest-even(clamp(x * (1 / d), -127, 127)).
+// Quantizes one activation block held by a warp (lane l holds elements l * kPerLane ..
+// l * kPerLane + kPerLane - 1) by quant/act_rule.h's rule and replaces each value by what the block
+// encodes, as the CPU dequantizes it: float(q) * fp16(d) (Q8_0) or float(q) * d (Q8_K, whose d is
+// negative when the block's first largest element is positive, so a zero code is -0 there too).
 template <int kPerLane>
 __device__ __forceinline__ void quantize_block_warp(float (&v)[kPerLane], ActQuant mode) {
-  uint32_t amax = 0;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) amax = max(amax, __float_as_uint(v[i]) & 0x7fffffffu);
-  amax = __reduce_max_sync(kFullMask, amax);
-  const float d = __fdiv_rn(__uint_as_float(amax), 127.0f);
-  if (!(d >= FLT_MIN)) {
+  const uint32_t amax = act_warp_amax(v);
+  const float first_max = mode == ActQuant::Q8_K ? act_warp_first_max(v, amax) : 0.0f;
+  if (act_block_is_zero(amax)) {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) v[i] = 0.0f;
     return;
   }
-  const float id = __fdiv_rn(1.0f, d);
-  const float scale = mode == ActQuant::Q8_0 ? __half2float(__float2half_rn(d)) : d;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    float q = __fmul_rn(v[i], id);
-    q = q > -127.0f ? q : -127.0f;
-    q = q < 127.0f ? q : 127.0f;
-    v[i] = __fmul_rn(scale, __fadd_rn(rintf(q), 0.0f));  // + 0: a -0 code is the integer 0
+  float mul, scale;
+  if (mode == ActQuant::Q8_0) {
+    mul = __fdiv_rn(127.0f, __uint_as_float(amax));
+    scale = __half2float(__float2half_rn(__fdiv_rn(__uint_as_float(amax), 127.0f)));
+  } else {
+    mul = __fdiv_rn(-127.0f, first_max);
+    scale = __fdiv_rn(1.0f, mul);
   }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i)
+    v[i] = __fmul_rn(float(__float2int_rn(__fmul_rn(v[i], mul))), scale);
 }
 
 // silu(g) * u as the CPU computes it: (g / (1 + e^-g)) * u.

@@ -169,4 +169,11 @@ float dot_q5_k_avx2(const void* w, const void* a, int64_t n);
 float dot_q6_k_avx2(const void* w, const void* a, int64_t n);
 void quantize_act_avx2(ActFormat f, const float* x, void* out, int64_t n);
 
+// AVX-512 kernels, defined in the *_avx512.cpp files (only called when util/cpu.h's avx512 holds).
+float dot_q8_0_avx512(const void* w, const void* a, int64_t n);
+void dot_rows_q8_0_avx512(const void* w, const void* const* acts, int count, int64_t n, float* out);
+float dot_q4_k_avx512(const void* w, const void* a, int64_t n);
+float dot_q6_k_avx512(const void* w, const void* a, int64_t n);
+void quantize_act_avx512(ActFormat f, const float* x, void* out, int64_t n);
+
 }  // namespace strata::quant

@@ -1,5 +1,6 @@
-// Kernel tables of each weight format, one file pair per format in this folder
-// (NAME.cpp: reference and quantizer; NAME_avx2.cpp: the AVX2 dot), listed in registry.cpp.
+// Kernel tables of each weight format, one file group per format in this folder (NAME.cpp:
+// reference and quantizer; NAME_avx2.cpp: the AVX2 dot; NAME_avx512.cpp, where it exists: the
+// AVX-512 dot), listed in registry.cpp.
 #pragma once
 
 #include "quant/kernels.h"

@@ -66,6 +66,7 @@ float dot_ref(const void* weights, const void* act, int64_t n) {
 const FormatKernels kIQ2_XSKernels = {
     Type::IQ2_XS,  ActFormat::Q8_K, dequantize,          nullptr,
     random_blocks, dot_ref,         iq::dot_iq2_xs_avx2, 0.0f, iq::dot_rows_iq2_xs_avx2,
+    iq::dot_iq2_xs_avx512, iq::dot_rows_iq2_xs_avx512,
 };
 
 }  // namespace strata::quant

@@ -18,19 +18,6 @@
 namespace strata::quant::iq {
 
 namespace {
-// Row ib selects int16 lane ib of each 128-bit half, so that _mm256_shuffle_epi8 of the scale
-// vector below spreads one scale over each half.
-struct ScalePick {
-  alignas(32) uint8_t row[8][32];
-  constexpr ScalePick() : row{} {
-    for (int ib = 0; ib < 8; ++ib)
-      for (int k = 0; k < 32; ++k) row[ib][k] = uint8_t(2 * ib + (k & 1));
-  }
-};
-constexpr ScalePick kScalePick{};
-}  // namespace
-
-namespace {
 
 // The dot of one weight row with N activations. Everything that depends only on the weights (grid
 // rows, sign masks, scales) is built once per sub-block; each activation then costs a load, a sign,
@@ -48,15 +35,7 @@ void dot_n(const BlockIQ2XS* x, const BlockQ8K* const* y, int64_t nb, float* out
         _mm256_packus_epi16(_mm256_srli_epi16(q0, 9), _mm256_srli_epi16(q1, 9)), 0xD8);
     const SignHalves signs = sign_halves(full_sign_bytes(fields));
 
-    // Scales 2s+1 as int16: the low 128-bit half holds the eight first-half scales (low nibbles
-    // of the scale bytes), the high half the eight second-half ones. maddubs leaves elements 0..15
-    // of a sub-block in the low half and 16..31 in the high half, so one in-lane shuffle per
-    // sub-block puts each scale under its own products.
-    const __m128i sb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales));
-    const __m128i nib =
-        _mm_and_si128(_mm_unpacklo_epi64(sb, _mm_srli_epi16(sb, 4)), _mm_set1_epi8(15));
-    const __m256i scales =
-        _mm256_cvtepu8_epi16(_mm_add_epi8(_mm_add_epi8(nib, nib), _mm_set1_epi8(1)));
+    const __m256i scales = iq2xs_scales(b.scales);
 
     __m256i sum[N];
     for (int j = 0; j < N; ++j) sum[j] = _mm256_setzero_si256();
@@ -66,8 +45,7 @@ void dot_n(const BlockIQ2XS* x, const BlockQ8K* const* y, int64_t nb, float* out
       const __m256i grid =
           gather4(kIQ2XSGrid, code[0] & 511u, code[1] & 511u, code[2] & 511u, code[3] & 511u);
       const __m256i negative = sign_masks(signs, ib);
-      const __m256i sv = _mm256_shuffle_epi8(
-          scales, _mm256_load_si256(reinterpret_cast<const __m256i*>(kScalePick.row[ib])));
+      const __m256i sv = iq2xs_scale_pick(scales, ib);
       for (int j = 0; j < N; ++j) {
         const __m256i p = signed_products(
             grid, negative,

@@ -74,6 +74,7 @@ float dot_ref(const void* weights, const void* act, int64_t n) {
 const FormatKernels kIQ2_XXSKernels = {
     Type::IQ2_XXS, ActFormat::Q8_K, dequantize,           nullptr,
     random_blocks, dot_ref,         iq::dot_iq2_xxs_avx2, 0.0f,
+    nullptr,       iq::dot_iq2_xxs_avx512,
 };
 
 }  // namespace strata::quant

@@ -94,6 +94,32 @@ inline __m256i gather4(const uint64_t* table, uint32_t i0, uint32_t i1, uint32_t
   return _mm256_blend_epi32(lo, hi, 0xF0);
 }
 
+// IQ2_XS's sub-block scales 2s+1 as int16: the low 128-bit half holds the eight first-half scales
+// (low nibbles of the scale bytes), the high half the eight second-half ones. maddubs leaves
+// elements 0..15 of a sub-block in the low half and 16..31 in the high half, so one in-lane
+// shuffle per sub-block (iq2xs_scale_pick) puts each scale under its own products.
+inline __m256i iq2xs_scales(const uint8_t* scale_bytes) {
+  const __m128i sb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scale_bytes));
+  const __m128i nib = _mm_and_si128(_mm_unpacklo_epi64(sb, _mm_srli_epi16(sb, 4)), _mm_set1_epi8(15));
+  return _mm256_cvtepu8_epi16(_mm_add_epi8(_mm_add_epi8(nib, nib), _mm_set1_epi8(1)));
+}
+
+// Row ib selects int16 lane ib of each 128-bit half.
+struct ScalePick {
+  alignas(32) uint8_t row[8][32];
+  constexpr ScalePick() : row{} {
+    for (int ib = 0; ib < 8; ++ib)
+      for (int k = 0; k < 32; ++k) row[ib][k] = uint8_t(2 * ib + (k & 1));
+  }
+};
+inline constexpr ScalePick kScalePick{};
+
+// Sub-block ib's two scales, each spread over the int16 products of its 16 elements.
+inline __m256i iq2xs_scale_pick(__m256i scales, int ib) {
+  return _mm256_shuffle_epi8(scales,
+                             _mm256_load_si256(reinterpret_cast<const __m256i*>(kScalePick.row[ib])));
+}
+
 // The per-block float step of iq_common.h, bit for bit: acc = fma(float(sum of lanes), dw * da,
 // acc).
 inline __m128 accumulate_block(__m128 acc, __m256i isum, uint16_t dw, float da) {

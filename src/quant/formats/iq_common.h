@@ -105,8 +105,12 @@ inline void random_bytes(Rng& rng, void* dst, int64_t n) {
 }
 
 float dot_iq2_xxs_avx2(const void* w, const void* act, int64_t n);
+float dot_iq2_xxs_avx512(const void* w, const void* act, int64_t n);
 float dot_iq2_xs_avx2(const void* w, const void* act, int64_t n);
 void dot_rows_iq2_xs_avx2(const void* w, const void* const* acts, int count, int64_t n, float* out);
+float dot_iq2_xs_avx512(const void* w, const void* act, int64_t n);
+void dot_rows_iq2_xs_avx512(const void* w, const void* const* acts, int count, int64_t n,
+                            float* out);
 float dot_iq3_xxs_avx2(const void* w, const void* act, int64_t n);
 float dot_iq4_xs_avx2(const void* w, const void* act, int64_t n);
 

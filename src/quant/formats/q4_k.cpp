@@ -62,6 +62,7 @@ void random_blocks(Rng& rng, void* blocks, int64_t nblocks) {
 }  // namespace
 
 const FormatKernels kQ4_KKernels = {Type::Q4_K, ActFormat::Q8_K, dequantize, quantize, random_blocks,
-                                    dot_scale_min_k_ref<BlockQ4_K, codes>, dot_q4_k_avx2, 0.0f};
+                                    dot_scale_min_k_ref<BlockQ4_K, codes>, dot_q4_k_avx2, 0.0f,
+                                    nullptr, dot_q4_k_avx512};
 
 }  // namespace strata::quant

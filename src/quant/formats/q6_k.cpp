@@ -79,6 +79,7 @@ float dot_ref(const void* w, const void* a, int64_t n) {
 }  // namespace
 
 const FormatKernels kQ6_KKernels = {Type::Q6_K,    ActFormat::Q8_K, dequantize,    quantize,
-                                    random_blocks, dot_ref,         dot_q6_k_avx2, 0.0f};
+                                    random_blocks, dot_ref,         dot_q6_k_avx2, 0.0f,
+                                    nullptr,       dot_q6_k_avx512};
 
 }  // namespace strata::quant

@@ -59,8 +59,9 @@ float dot_ref(const void* w, const void* a, int64_t n) {
 
 }  // namespace
 
-const FormatKernels kQ8_0Kernels = {Type::Q8_0,    ActFormat::Q8_0, dequantize,    quantize,
-                                    random_blocks, dot_ref,         dot_q8_0_avx2, 0.0f,
-                                    dot_rows_q8_0_avx2};
+const FormatKernels kQ8_0Kernels = {Type::Q8_0,       ActFormat::Q8_0,    dequantize,
+                                    quantize,         random_blocks,      dot_ref,
+                                    dot_q8_0_avx2,    0.0f,               dot_rows_q8_0_avx2,
+                                    dot_q8_0_avx512,  dot_rows_q8_0_avx512};
 
 }  // namespace strata::quant

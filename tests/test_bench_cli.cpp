@@ -1,0 +1,102 @@
+// `strata bench` through the built binary on a tiny synthetic model: its JSON reports the CPU
+// threads the backend really runs (not 0 when --threads is left out) and the SIMD level the
+// kernels were chosen at, and a bad STRATA_ISA is a clear error.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "gguf_test_util.h"
+#include "synth/synth.h"
+#include "util/cpu.h"
+
+namespace strata {
+namespace {
+
+using gguf::testing::TempDir;
+
+struct Output {
+  int rc = -1;
+  std::string out, err;
+};
+
+class BenchCommand : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    synth::SynthOptions o;
+    o.arch = "qwen3moe";
+    o.preset = "tiny";
+    o.output = dir_->file("tiny.gguf");
+    o.progress = false;
+    o.seed = 5;
+    synth::run_synth(o);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  // Runs `ENV strata bench -m tiny.gguf --device cpu ... ARGS`; stdout and stderr apart.
+  static Output bench(const std::string& args, const std::string& env = "") {
+    const std::string err = dir_->file("stderr.txt");
+    const std::string cmd = env + " " + STRATA_BINARY + " bench -m " + dir_->file("tiny.gguf") +
+                            " --device cpu --prompt-tokens 3 --gen-tokens 2 " + args + " 2> " + err;
+    Output o;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    EXPECT_NE(p, nullptr);
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) o.out.append(buf, n);
+    const int status = ::pclose(p);
+    o.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::stringstream e;
+    e << std::ifstream(err).rdbuf();
+    o.err = e.str();
+    return o;
+  }
+
+  static inline TempDir* dir_ = nullptr;
+};
+
+TEST_F(BenchCommand, ReportsTheThreadsUsedWithoutTheFlag) {
+  const Output o = bench("");
+  ASSERT_EQ(o.rc, 0) << o.err;
+  const auto j = nlohmann::json::parse(o.out);
+  const int hardware = int(std::thread::hardware_concurrency());
+  EXPECT_EQ(j.at("threads").get<int>(), hardware > 0 ? hardware : 1);
+  EXPECT_EQ(j.at("isa").get<std::string>(), isa_name(hardware_features().level()));
+}
+
+TEST_F(BenchCommand, ReportsTheThreadsAsked) {
+  const Output o = bench("--threads 1");
+  ASSERT_EQ(o.rc, 0) << o.err;
+  EXPECT_EQ(nlohmann::json::parse(o.out).at("threads").get<int>(), 1);
+}
+
+TEST_F(BenchCommand, ReportsEachForcedIsaLevel) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (isa > hardware_features().level()) continue;
+    SCOPED_TRACE(isa_name(isa));
+    const Output o = bench("--threads 1", std::string("STRATA_ISA=") + isa_name(isa));
+    ASSERT_EQ(o.rc, 0) << o.err;
+    EXPECT_EQ(nlohmann::json::parse(o.out).at("isa").get<std::string>(), isa_name(isa));
+  }
+}
+
+TEST_F(BenchCommand, BadIsaIsAnError) {
+  const Output o = bench("--threads 1", "STRATA_ISA=sse9");
+  EXPECT_EQ(o.rc, 1);
+  EXPECT_NE(o.err.find("STRATA_ISA='sse9' is not scalar, avx2 or avx512"), std::string::npos)
+      << o.err;
+  if (hardware_features().level() < Isa::Avx512) {
+    const Output above = bench("--threads 1", "STRATA_ISA=avx512");
+    EXPECT_EQ(above.rc, 1);
+    EXPECT_NE(above.err.find("this CPU offers"), std::string::npos) << above.err;
+  }
+}
+
+}  // namespace
+}  // namespace strata
