@@ -60,14 +60,20 @@ TEST(ThreadPool, EachThreadRunsItsStaticRange) {
   std::vector<std::thread::id> owner(100);
   for (int round = 0; round < 50; ++round) {
     pool.parallel_for(100, [&](int64_t i) { owner[size_t(i)] = std::this_thread::get_id(); });
+    // The caller is thread 0.
+    EXPECT_EQ(owner[0], std::this_thread::get_id());
+    if (owner[99] == owner[0]) {
+      // On a loaded machine the helpers arrived late and the pool ran this step on the caller
+      // alone (the run-alone fallback): every index is the caller's, and the pool said so.
+      EXPECT_GT(pool.inline_switches(), 0u) << "round " << round;
+      for (const std::thread::id& id : owner) EXPECT_EQ(id, owner[0]) << "round " << round;
+      continue;
+    }
     for (int t = 0; t < 3; ++t) {
       int64_t begin, end;
       ThreadPool::partition(100, t, 3, begin, end);
       for (int64_t i = begin; i < end; ++i) EXPECT_EQ(owner[size_t(i)], owner[size_t(begin)]);
     }
-    // The caller is thread 0.
-    EXPECT_EQ(owner[0], std::this_thread::get_id());
-    EXPECT_NE(owner[0], owner[99]);
   }
 }
 
