@@ -45,8 +45,8 @@ ldd "$build/strata" "$build/strata_tests" | awk '/=> \//{print $1, $3}' | sort -
     strip --strip-unneeded "$bundle/lib/$name" 2>/dev/null || true
   done
 cp -r "$root/tests/fixtures" "$bundle/fixtures"  # the reference fixtures (test_fixtures_model.cpp)
-cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu_models.sh" "$bundle/"
-chmod +x "$bundle/gpu_run.sh" "$bundle/gpu_models.sh"
+cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu_models.sh" "$root/scripts/gpu_kernels.sh" "$bundle/"
+chmod +x "$bundle/gpu_run.sh" "$bundle/gpu_models.sh" "$bundle/gpu_kernels.sh"
 
 size_kib=$(du -sk "$bundle" | cut -f1)
 echo "gpu_bundle: $bundle, $((size_kib / 1024)) MiB:"
