@@ -125,9 +125,10 @@ class ExpertSlots {
   virtual Counters counters() const { return {}; }
 };
 
-// Slots in host memory: one anonymous mapping (pages count towards RSS only once a record lands
-// in them); landing(s) is the slot itself and fill() has nothing to do. Throws strata::Error when
-// the mapping fails.
+// Slots in host memory: one mapping in huge pages where the system has them, faulted in at
+// creation (util/arena_memory.h: the whole budget counts towards RSS from the start, and decode
+// takes no first-touch faults); landing(s) is the slot itself and fill() has nothing to do.
+// Throws strata::Error when the mapping fails.
 std::unique_ptr<ExpertSlots> make_host_expert_slots(size_t count, size_t slot_bytes);
 
 class Backend {
