@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -37,14 +38,22 @@ class BenchCommand : public ::testing::Test {
     o.progress = false;
     o.seed = 5;
     synth::run_synth(o);
+    o.output = dir_->file("packed.gguf");  // the same model, its experts in a pack
+    o.pack = true;
+    synth::run_synth(o);
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  // Runs `ENV strata bench -m tiny.gguf --device cpu ... ARGS`; stdout and stderr apart.
+  // Runs `ENV strata bench -m tiny.gguf --device cpu --prompt-tokens 3 --gen-tokens 2 ARGS`.
   static Output bench(const std::string& args, const std::string& env = "") {
+    return run("tiny.gguf", "--prompt-tokens 3 --gen-tokens 2 " + args, env);
+  }
+
+  // Runs `ENV strata bench -m MODEL --device cpu ARGS`; stdout and stderr apart.
+  static Output run(const std::string& model, const std::string& args, const std::string& env = "") {
     const std::string err = dir_->file("stderr.txt");
-    const std::string cmd = env + " " + STRATA_BINARY + " bench -m " + dir_->file("tiny.gguf") +
-                            " --device cpu --prompt-tokens 3 --gen-tokens 2 " + args + " 2> " + err;
+    const std::string cmd = env + " " + STRATA_BINARY + " bench -m " + dir_->file(model) +
+                            " --device cpu " + args + " 2> " + err;
     Output o;
     FILE* p = ::popen(cmd.c_str(), "r");
     EXPECT_NE(p, nullptr);
@@ -96,6 +105,28 @@ TEST_F(BenchCommand, BadIsaIsAnError) {
     EXPECT_EQ(above.rc, 1);
     EXPECT_NE(above.err.find("this CPU offers"), std::string::npos) << above.err;
   }
+}
+
+uint64_t lookups(const nlohmann::json& phase) {
+  return phase["hits"].get<uint64_t>() + phase["misses"].get<uint64_t>();
+}
+
+// Each phase's expert-cache figures cover that phase alone (the prefill's once ran to the end of
+// the run, decode included).
+TEST_F(BenchCommand, EachPhaseCountsItsOwnExpertLookups) {
+  // A budget of a few slots, read-ahead off: every lookup is a routed expert of a window.
+  const std::string common = "--batch 1 --expert-budget 1M --read-ahead off --prompt-tokens 3 ";
+  const Output alone_out = run("packed.gguf", common + "--gen-tokens 0");
+  const Output with_out = run("packed.gguf", common + "--gen-tokens 4");
+  ASSERT_EQ(alone_out.rc, 0) << alone_out.err;
+  ASSERT_EQ(with_out.rc, 0) << with_out.err;
+  const auto alone = nlohmann::json::parse(alone_out.out), with_decode = nlohmann::json::parse(with_out.out);
+  ASSERT_GT(lookups(alone["prefill"]), 0u);
+  EXPECT_EQ(lookups(with_decode["prefill"]), lookups(alone["prefill"]))
+      << "the same prompt looks up the same experts, whatever is decoded after it";
+  EXPECT_EQ(lookups(alone["decode"]), 0u);
+  // Each one-token window looks up its distinct routed experts: as many as a prompt token's.
+  EXPECT_EQ(lookups(with_decode["decode"]) * 3, lookups(alone["prefill"]) * 4);
 }
 
 }  // namespace
