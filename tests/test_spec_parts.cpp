@@ -107,16 +107,18 @@ TEST(SpecGate, WindowsCostingTheirRowsTurnDraftingOff) {
   SpecGate g({.max_depth = 4});
   script(g, 0.010, {2.0, 3.0, 4.0, 5.0}, 0.5, 200);
   int drafted = 0, probes = 0;
-  for (int i = 0; i < 64; ++i) {
+  for (int i = 0; i < 256; ++i) {
     const Pick p = g.pick(Source::Suffix, 4);
     drafted += p.depth > 0;
     probes += p.probe;
     EXPECT_TRUE(p.depth == 0 || p.probe) << "pick " << i;
+    EXPECT_LE(p.depth, 1) << "pick " << i;
   }
-  // It still probes one deeper now and then, so the estimates can recover.
+  // It still probes one deeper now and then, so the estimates can recover, but rarely: even at
+  // the cheapest timed cost (T(2) = 2 T(1)) a draft at a = 0.5 cannot pay.
   EXPECT_EQ(drafted, probes);
-  EXPECT_GE(probes, 4);
-  EXPECT_LE(probes, 16);
+  EXPECT_GE(probes, 2);
+  EXPECT_LE(probes, 8);
 }
 
 TEST(SpecGate, DepthFollowsTheCostCurve) {
@@ -162,6 +164,44 @@ TEST(SpecGate, FixedDepthAndTrimWithDrafterProbabilities) {
   const std::vector<float> confident{0.95f, 0.9f, 0.9f, 0.9f}, losing{0.95f, 0.05f, 0.05f, 0.05f};
   EXPECT_EQ(g.trim(Source::Mtp, confident), 4);
   EXPECT_EQ(g.trim(Source::Mtp, losing), 1);
+}
+
+// What the 48-layer 80B shape streamed on the CPU measured (docs/PERFORMANCE.md): a second row
+// doubles the window (new experts), a third adds little. Fitted on T(2) alone, T(3) looks like 3
+// T(1) and depth 2 (E = 2.63) like a loss; the probes must reach depth 2 to find it pays.
+TEST(SpecGate, ProbesReachAnUnmeasuredDepthPastACostlyOne) {
+  SpecGate g({.max_depth = 3});
+  g.window_done(1, 0.120);
+  for (int i = 0; i < 3; ++i) g.window_done(2, 0.240);
+  for (int i = 0; i < 64; ++i) g.verified(Source::Mtp, 3, i % 8 == 7 ? 0 : 3);  // a1 ~ 0.85, then 1
+  EXPECT_LT(g.value(Source::Mtp, 1), 1.0);
+  EXPECT_LT(g.value(Source::Mtp, 2), 1.0);  // extrapolated: T(3) ~ 3 T(1)
+  int probe_depth = 0;
+  for (int i = 0; i < 8 && probe_depth == 0; ++i) {
+    const Pick p = g.pick(Source::Mtp, 3);
+    if (p.probe) probe_depth = p.depth;
+  }
+  EXPECT_EQ(probe_depth, 2);
+  for (int i = 0; i < 3; ++i) g.window_done(3, 0.266);
+  EXPECT_GT(g.value(Source::Mtp, 2), 1.0);
+  int twos = 0;
+  for (int i = 0; i < 15; ++i) twos += g.pick(Source::Mtp, 3).depth == 2;
+  EXPECT_GE(twos, 11);  // the rest probe depth 3, still unmeasured
+}
+
+TEST(SpecGate, AutoModeTiesGoToTheLessMeasuredSource) {
+  SpecGate g({.max_depth = 2});
+  script(g, 0.010, {2.0, 3.0}, 0.3, 20);  // the suffix drafter: judged 20 times, does not pay
+  EXPECT_EQ(g.best_value(Source::Suffix, 2), 1.0);
+  EXPECT_EQ(g.best_value(Source::Mtp, 2), 1.0);  // the prior does not pay either
+  EXPECT_EQ(g.choose(2, 2), Source::Mtp);         // never judged: it gets the window
+  for (int i = 0; i < 40; ++i) g.verified(Source::Mtp, 2, 0);
+  EXPECT_EQ(g.choose(2, 2), Source::Suffix);
+  for (int i = 0; i < 40; ++i) g.verified(Source::Mtp, 2, 2);  // the head turns out to pay
+  for (int i = 0; i < 8; ++i) g.window_done(3, 0.022);
+  EXPECT_GT(g.best_value(Source::Mtp, 2), 1.0);
+  EXPECT_EQ(g.choose(2, 2), Source::Mtp);
+  EXPECT_EQ(g.choose(2, 0), Source::Mtp);
 }
 
 TEST(SpecGate, RejectsBadDepths) {

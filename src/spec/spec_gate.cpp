@@ -9,7 +9,7 @@ namespace strata::spec {
 namespace {
 constexpr int64_t kAcceptanceMemory = 16;
 constexpr int64_t kTimeMemory = 8;
-constexpr int64_t kProbeEvery = 16, kProbeEveryUnmeasured = 4, kWellMeasured = 3;
+constexpr int64_t kProbeEvery = 16, kProbeEveryUnmeasured = 4, kProbeEveryHopeless = 64, kWellMeasured = 3;
 constexpr int kPlainAfter = 64;
 }  // namespace
 
@@ -58,6 +58,19 @@ double SpecGate::value(Source s, int k, std::span<const float> probs) const {
   return cost > 0 ? expected / cost : 0.0;
 }
 
+double SpecGate::optimistic_value(Source s, int k, std::span<const float> probs) const {
+  if (k <= 0) return 1.0;
+  const auto t1 = window_seconds(1);
+  if (!t1 || *t1 <= 0) return 0.0;
+  // A window costs at least what the widest timed window no wider than it cost.
+  double floor = *t1;
+  for (int n = 2; n <= std::min(k + 1, kMaxDepth + 1); ++n)
+    if (t_[size_t(n)].count > 0) floor = std::max(floor, t_[size_t(n)].value);
+  double expected = 1, run = 1;
+  for (int j = 1; j <= k; ++j) expected += run *= a(s, j, probs);
+  return expected / (floor / *t1);
+}
+
 int SpecGate::best(Source s, int available, std::span<const float> probs, double* value_out) const {
   int k_best = 0;
   double v_best = 1.0;
@@ -78,6 +91,12 @@ double SpecGate::best_value(Source s, int available) const {
   return v;
 }
 
+Source SpecGate::choose(int mtp_available, int suffix_available) const {
+  const double mtp = best_value(Source::Mtp, mtp_available), suffix = best_value(Source::Suffix, suffix_available);
+  if (mtp != suffix) return mtp > suffix ? Source::Mtp : Source::Suffix;
+  return judged(Source::Mtp, 1) <= judged(Source::Suffix, 1) ? Source::Mtp : Source::Suffix;
+}
+
 Pick SpecGate::pick(Source s, int available, std::span<const float> probs) {
   available = std::clamp(available, 0, kMaxDepth);
   Pick p;
@@ -95,11 +114,19 @@ Pick SpecGate::pick(Source s, int available, std::span<const float> probs) {
     return p;
   }
   p.depth = best(s, available, probs, &p.value);
-  const int deeper = p.depth + 1;
-  const bool can_probe = deeper <= std::min(available, o_.max_depth);
-  const int64_t period =
-      can_probe && t_[size_t(deeper + 1)].count < kWellMeasured ? kProbeEveryUnmeasured : kProbeEvery;
-  if (can_probe && picks_ % period == 0) {
+  const int deepest = std::min(available, o_.max_depth);
+  // Probe the shallowest deeper window that is not yet well timed and could pay even at the
+  // best cost the timings allow; with none, one past the pick, rarely where even that bound
+  // says it cannot pay (each such probe is a wasted row's worth of time).
+  int deeper = p.depth + 1;
+  int64_t period = optimistic_value(s, deeper, probs) > 1.0 ? kProbeEvery : kProbeEveryHopeless;
+  for (int k = p.depth + 1; k <= deepest; ++k)
+    if (t_[size_t(k + 1)].count < kWellMeasured && optimistic_value(s, k, probs) > 1.0) {
+      deeper = k;
+      period = kProbeEveryUnmeasured;
+      break;
+    }
+  if (deeper <= deepest && picks_ % period == 0) {
     p.depth = deeper;
     p.value = value(s, deeper, probs);
     p.probe = true;

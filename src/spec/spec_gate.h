@@ -8,9 +8,12 @@
 // T(n) ~ T(1) (1 + rho (n - 1))). For k drafts
 //   E(k) = 1 + a1 + a1 a2 + ... + a1...ak     (tokens a window yields)
 //   cost(k) = (T(k + 1) + (k - 1) d) / T(1)   (d: the source's drafting time per token)
-// and the pick is k = argmax E(k) / cost(k), drafting only when that beats 1. Every 16th pick
-// probes one deeper (every 4th while that row count has fewer than 3 timings), and after 64
-// drafted windows in a row one plain window keeps T(1) measured. When the drafter reports its own
+// and the pick is k = argmax E(k) / cost(k), drafting only when that beats 1. A probe now and
+// then drafts deeper than the pick: every 4th pick the shallowest deeper window with fewer than 3
+// timings that could pay at the best cost the timings allow (T(n) grows slower than a line on an
+// expert-bound machine, so a slope fitted on T(2) alone would never let a deeper window be
+// tried); else every 16th pick one past the pick, every 64th where even that bound says it
+// cannot pay. After 64 drafted windows in a row one plain window keeps T(1) measured. When the drafter reports its own
 // probability p_j for a draft, a_j = p_j * (EMA of acceptance / EMA of p) at that position.
 #pragma once
 
@@ -65,10 +68,17 @@ class SpecGate {
   // probabilities (no probing, no forced plain step): trims a chain that lost confidence.
   int trim(Source s, std::span<const float> probs) const;
   // The best E(k) / cost(k) source s could reach with `available` drafts (1 for none), without
-  // counting a pick: how auto mode chooses the source of a window.
+  // counting a pick.
   double best_value(Source s, int available) const;
+  // Auto mode's source for the next window: the one of higher best value; when they tie (neither
+  // pays yet, both 1) the one with fewer verified first drafts, so both keep being probed and
+  // measured (else a free suffix proposal would keep the MTP head from ever being tried).
+  Source choose(int mtp_available, int suffix_available) const;
   // E(k) / cost(k) for source s (k = 0 gives 1).
   double value(Source s, int k, std::span<const float> probs = {}) const;
+  // E(k) over the cost of the widest timed window of at most k + 1 rows: what k drafts could
+  // be worth at best.
+  double optimistic_value(Source s, int k, std::span<const float> probs = {}) const;
 
   // A window of `rows` rows took `seconds` (forward, plus rollback when it had drafts).
   void window_done(int rows, double seconds);

@@ -162,14 +162,15 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
   // (With no suffix proposal the MTP source's own pick decides, probes included, so a head that
   // stopped paying is still retried now and then.)
   const bool use_mtp = mtp_ && (o_.mode == Mode::Mtp || proposal.empty() ||
-                                gate_.best_value(Source::Mtp, limit) > gate_.best_value(Source::Suffix, int(proposal.size())));
+                                gate_.choose(limit, int(proposal.size())) == Source::Mtp);
   if (!use_mtp) {
     proposal.resize(size_t(gate_.pick(Source::Suffix, int(proposal.size())).depth));
     d.tokens = std::move(proposal);
     return d;
   }
   d.source = Source::Mtp;
-  const int k = gate_.pick(Source::Mtp, limit).depth;
+  const Pick pick = gate_.pick(Source::Mtp, limit);
+  const int k = pick.depth;
   if (k == 0) return d;
   const auto t0 = Clock::now();
   MtpDrafter::Drafts m = mtp_->draft(history, k);
@@ -189,7 +190,8 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
       m.probs[j] = float(o_.mtp_acceptance_knob);
     }
   }
-  const size_t keep = size_t(gate_.trim(Source::Mtp, m.probs));
+  // A probe keeps its depth: trimmed to the current best, it would never measure a deeper window.
+  const size_t keep = pick.probe ? m.tokens.size() : size_t(gate_.trim(Source::Mtp, m.probs));
   m.tokens.resize(std::min(keep, m.tokens.size()));
   m.probs.resize(m.tokens.size());
   d.tokens = std::move(m.tokens);
