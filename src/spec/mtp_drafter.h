@@ -21,9 +21,12 @@ class MtpDrafter {
   // at or before earlier ones replaces them (the sequence was rolled back or re-prompted). At
   // most kMaxPending rows wait for the next draft: older ones are dropped, so a head that
   // SpecGate leaves idle costs neither memory nor a long catch-up window later (the dropped
-  // positions' cache rows stay stale, which only lowers its acceptance).
+  // positions' cache rows stay stale, which only lowers its acceptance). A head that drafts every
+  // window has at most a window's rows pending; 16 bounds what a probe after a pause pays (each
+  // pending row is one head row: a full catch-up after 64 idle windows cost 12% of decode on the
+  // 12-layer 80B shape, docs/PERFORMANCE.md).
   void observe(int64_t first, std::span<const float> hidden);
-  static constexpr int64_t kMaxPending = 256;
+  static constexpr int64_t kMaxPending = 16;
 
   struct Drafts {
     std::vector<int32_t> tokens;
