@@ -47,15 +47,19 @@ double SpecGate::a(Source s, int j, std::span<const float> probs) const {
   return std::clamp(double(probs[size_t(j - 1)]) * scale, 0.0, 1.0);
 }
 
+double SpecGate::expected_tokens(Source s, int k, std::span<const float> probs) const {
+  double expected = 1, run = 1;
+  for (int j = 1; j <= k; ++j) expected += run *= a(s, j, probs);
+  return expected;
+}
+
 double SpecGate::value(Source s, int k, std::span<const float> probs) const {
   if (k <= 0) return 1.0;
   const auto t1 = window_seconds(1), tk = window_seconds(k + 1);
   if (!t1 || *t1 <= 0) return 0.0;
-  double expected = 1, run = 1;
-  for (int j = 1; j <= k; ++j) expected += run *= a(s, j, probs);
   const double d = d_[size_t(s)].count > 0 ? d_[size_t(s)].value : 0.0;
   const double cost = (*tk + double(k - 1) * d) / *t1;
-  return cost > 0 ? expected / cost : 0.0;
+  return cost > 0 ? expected_tokens(s, k, probs) / cost : 0.0;
 }
 
 double SpecGate::optimistic_value(Source s, int k, std::span<const float> probs) const {
@@ -66,9 +70,7 @@ double SpecGate::optimistic_value(Source s, int k, std::span<const float> probs)
   double floor = *t1;
   for (int n = 2; n <= std::min(k + 1, kMaxDepth + 1); ++n)
     if (t_[size_t(n)].count > 0) floor = std::max(floor, t_[size_t(n)].value);
-  double expected = 1, run = 1;
-  for (int j = 1; j <= k; ++j) expected += run *= a(s, j, probs);
-  return expected / (floor / *t1);
+  return expected_tokens(s, k, probs) / (floor / *t1);
 }
 
 int SpecGate::best(Source s, int available, std::span<const float> probs, double* value_out) const {

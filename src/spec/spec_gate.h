@@ -13,8 +13,9 @@
 // timings that could pay at the best cost the timings allow (T(n) grows slower than a line on an
 // expert-bound machine, so a slope fitted on T(2) alone would never let a deeper window be
 // tried); else every 16th pick one past the pick, every 64th where even that bound says it
-// cannot pay. After 64 drafted windows in a row one plain window keeps T(1) measured. When the drafter reports its own
-// probability p_j for a draft, a_j = p_j * (EMA of acceptance / EMA of p) at that position.
+// cannot pay. After 64 drafted windows in a row one plain window keeps T(1) measured. When the
+// drafter reports its own probability p_j for a draft, a_j = p_j * (EMA of acceptance / EMA of
+// p) at that position.
 #pragma once
 
 #include <algorithm>
@@ -97,6 +98,7 @@ class SpecGate {
 
  private:
   double a(Source s, int j, std::span<const float> probs) const;
+  double expected_tokens(Source s, int k, std::span<const float> probs) const;  // E(k)
   int best(Source s, int available, std::span<const float> probs, double* value) const;
 
   GateOptions o_;
