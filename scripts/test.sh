@@ -81,7 +81,7 @@ fuzz_one() {
     rm -rf "$work"
     return 1
   fi
-  echo "fuzz: $name ${seconds}s from ${corpus#$root/}: $(grep -E '^#[0-9]+ +DONE' "$log" | tail -n 1)"
+  echo "fuzz: $name ${seconds}s from ${corpus#$root/}: $(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1)"
   rm -rf "$work"
 }
 # As many fuzzers at once as there are cores.
