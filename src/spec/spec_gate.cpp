@@ -120,14 +120,14 @@ Pick SpecGate::pick(Source s, int available, std::span<const float> probs) {
   // Probe the shallowest deeper window that is not yet well timed and could pay even at the
   // best cost the timings allow; with none, one past the pick, rarely where even that bound
   // says it cannot pay (each such probe is a wasted row's worth of time).
-  int deeper = p.depth + 1;
-  int64_t period = optimistic_value(s, deeper, probs) > 1.0 ? kProbeEvery : kProbeEveryHopeless;
-  for (int k = p.depth + 1; k <= deepest; ++k)
-    if (t_[size_t(k + 1)].count < kWellMeasured && optimistic_value(s, k, probs) > 1.0) {
-      deeper = k;
-      period = kProbeEveryUnmeasured;
-      break;
-    }
+  int deeper = 0;
+  int64_t period = kProbeEveryUnmeasured;
+  for (int k = p.depth + 1; k <= deepest && deeper == 0; ++k)
+    if (t_[size_t(k + 1)].count < kWellMeasured && optimistic_value(s, k, probs) > 1.0) deeper = k;
+  if (deeper == 0) {
+    deeper = p.depth + 1;
+    period = optimistic_value(s, deeper, probs) > 1.0 ? kProbeEvery : kProbeEveryHopeless;
+  }
   if (deeper <= deepest && picks_ % period == 0) {
     p.depth = deeper;
     p.value = value(s, deeper, probs);
