@@ -14,19 +14,36 @@ namespace {
 
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
 
-// The key under which the backend may record a window as a graph (Backend::begin_window): its
-// row count, logits mode and the state tensors it updates. 0 (no recording) where the sequence
-// of ops depends on more than that: dumps and route controls read activations back mid-window,
-// a streaming expert source decides per layer on the host, and qwen4exp's QSA completes blocks
-// and grows its score width with the position.
-uint64_t window_key(const ModelConfig& c, int64_t T, LogitsMode mode, const State& state,
-                    bool host_in_the_loop) {
+// One sequence's part in a window's graph key: its rows, logits mode and state.
+struct KeyPart {
+  int64_t rows;
+  LogitsMode mode;
+  const State* state;
+};
+
+// The key under which the backend may record a window as a graph (Backend::begin_window): per
+// sequence, in window order, its row count, logits mode and the state tensors it updates (a
+// window of several sequences runs the same ops whenever the same states share it in the same
+// order with the same rows). 0 (no recording) where the sequence of ops depends on more than
+// that: dumps and route controls read activations back mid-window, a streaming expert source
+// decides per layer on the host, and qwen4exp's QSA completes blocks and grows its score width
+// with the position.
+uint64_t window_key(const ModelConfig& c, std::span<const KeyPart> parts, bool host_in_the_loop) {
   if (host_in_the_loop || c.arch == Arch::Qwen4Exp) return 0;
-  uint64_t h = mix(mix(0xcbf29ce484222325ull, uint64_t(T)), uint64_t(mode));
-  for (const LayerState& l : state.layers)
-    for (const Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm})
-      h = mix(h, uint64_t(reinterpret_cast<uintptr_t>(t->data)));
+  uint64_t h = mix(0xcbf29ce484222325ull, uint64_t(parts.size()));
+  for (const KeyPart& p : parts) {
+    h = mix(mix(h, uint64_t(p.rows)), uint64_t(p.mode));
+    for (const LayerState& l : p.state->layers)
+      for (const Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm})
+        h = mix(h, uint64_t(reinterpret_cast<uintptr_t>(t->data)));
+  }
   return h == 0 ? 1 : h;
+}
+
+// What keeps a window from being recorded whatever its sequences: the host reads or decides
+// something mid-window.
+bool host_in_the_loop(bool dumping, bool routed, const experts::ExpertSource& source) {
+  return dumping || routed || source.all_resident(0).empty() || source.wants_read_ahead();
 }
 
 }  // namespace
@@ -88,8 +105,9 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
     ~WindowScope() { source.end_window(); }
   } window_scope(*experts_);
   // Speculative windows (journal, hidden rows for the MTP head) read state back mid-window.
-  const bool host_in_the_loop = dump_ || route_ || extras.journal || extras.hidden ||
-                                experts_->all_resident(0).empty() || experts_->wants_read_ahead();
+  const bool host_reads = host_in_the_loop(dump_ != nullptr, route_ != nullptr, *experts_) ||
+                          extras.journal || extras.hidden;
+  const KeyPart part{T, mode, &state};
   struct BackendWindow {
     backend::Backend& be;
     bool open = true;
@@ -97,7 +115,7 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
     ~BackendWindow() {
       if (open) be.end_window(false);
     }
-  } backend_window(backend_, window_key(c, T, mode, state, host_in_the_loop));
+  } backend_window(backend_, window_key(c, std::span(&part, 1), host_reads));
   // The window's scratch lives inside the recording: its allocations repeat with its ops.
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
   w.route = route_.get();
@@ -185,15 +203,18 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
     explicit WindowScope(experts::ExpertSource& s) : source(s) { source.begin_window(); }
     ~WindowScope() { source.end_window(); }
   } window_scope(*experts_);
-  // Which sequences share a window changes from one to the next: never recorded as a graph.
+  // Recorded under the sequences' layout: while the same streams decode together, each step
+  // replays one graph.
+  std::vector<KeyPart> key_parts;
+  for (const SequenceRows& sq : sequences) key_parts.push_back({int64_t(sq.tokens.size()), sq.mode, sq.state});
   struct BackendWindow {
     backend::Backend& be;
     bool open = true;
-    explicit BackendWindow(backend::Backend& b) : be(b) { be.begin_window(0); }
+    BackendWindow(backend::Backend& b, uint64_t key) : be(b) { be.begin_window(key); }
     ~BackendWindow() {
       if (open) be.end_window(false);
     }
-  } backend_window(backend_);
+  } backend_window(backend_, window_key(c, key_parts, host_in_the_loop(dump_ != nullptr, route_ != nullptr, *experts_)));
   Window w{backend_, c, weights_, *experts_, *sequences[0].state, std::move(pos), tokens, T, renormalize_topk_, dump_,
            Scratch(backend_)};
   w.route = route_.get();
