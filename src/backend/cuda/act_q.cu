@@ -48,15 +48,15 @@ __device__ __forceinline__ uint32_t pack4(const int* q) {
 
 // block_q8_K (f32 d, 256 codes, 16 int16 sums of 16 codes): one warp per block, 8 elements a lane.
 __global__ void __launch_bounds__(kThreads)
-    quantize_q8_k(const float* __restrict__ x, int64_t cols, int tokens, uint8_t* __restrict__ out,
-                  size_t stride) {
+    quantize_q8_k(const float* __restrict__ x, int64_t x_stride, int64_t cols, int tokens,
+                  uint8_t* __restrict__ out, size_t stride) {
   const int lane = threadIdx.x % 32;
   const int64_t nb = cols / 256, total = nb * tokens;
   const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);
   for (int64_t i = int64_t(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32; i < total;
        i += warps) {
     const int64_t tok = i / nb, b = i % nb;
-    const float4* src = reinterpret_cast<const float4*>(x + tok * cols + b * 256) + 2 * lane;
+    const float4* src = reinterpret_cast<const float4*>(x + tok * x_stride + b * 256) + 2 * lane;
     const float4 u = __ldg(src), v = __ldg(src + 1);
     const float e[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
     const uint32_t amax = act_warp_amax(e);
@@ -80,8 +80,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // block_q8_0 (fp16 d, 32 codes): 8 lanes per block, 4 elements a lane, 4 blocks a warp.
 __global__ void __launch_bounds__(kThreads)
-    quantize_q8_0(const float* __restrict__ x, int64_t cols, int tokens, uint8_t* __restrict__ out,
-                  size_t stride) {
+    quantize_q8_0(const float* __restrict__ x, int64_t x_stride, int64_t cols, int tokens,
+                  uint8_t* __restrict__ out, size_t stride) {
   const int lane = threadIdx.x % 32, sub = lane % 8;
   const int64_t nb = cols / 32, total = nb * tokens;
   const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t i = first + lane / 8;
     const bool active = i < total;  // lanes past the end still take part in the shuffles
     const int64_t tok = (active ? i : total - 1) / nb, b = (active ? i : total - 1) % nb;
-    const float4 u = __ldg(reinterpret_cast<const float4*>(x + tok * cols + b * 32) + sub);
+    const float4 u = __ldg(reinterpret_cast<const float4*>(x + tok * x_stride + b * 32) + sub);
     const float e[4] = {u.x, u.y, u.z, u.w};
     uint32_t amax = max(max(act_abs_bits(e[0]), act_abs_bits(e[1])),
                         max(act_abs_bits(e[2]), act_abs_bits(e[3])));
@@ -112,7 +112,9 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void launch_quantize_act(quant::ActFormat f, const float* x, int64_t cols, int tokens, void* out,
-                         size_t out_stride, const LaunchLimits& limits, cudaStream_t stream) {
+                         size_t out_stride, const LaunchLimits& limits, cudaStream_t stream,
+                         int64_t x_stride) {
+  if (x_stride == 0) x_stride = cols;
   const int64_t block = quant::act_block_elems(f);
   if (cols <= 0 || cols % block != 0)
     fail("CUDA quantize_act: ", cols, " columns is not a positive multiple of the block (", block,
@@ -121,13 +123,15 @@ void launch_quantize_act(quant::ActFormat f, const float* x, int64_t cols, int t
   if (out_stride < quant::act_bytes(f, cols) || out_stride % 16 != 0)
     fail("CUDA quantize_act: output stride ", out_stride, " is not a multiple of 16 holding ",
          quant::act_bytes(f, cols), " bytes");
-  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(out) % 16 != 0)
-    fail("CUDA quantize_act: input and output need 16-byte alignment");
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(out) % 16 != 0 ||
+      x_stride < cols || x_stride % 4 != 0)
+    fail("CUDA quantize_act: input and output need 16-byte alignment, rows ", x_stride,
+         " floats apart (a multiple of 4, at least ", cols, ")");
   auto* o = static_cast<uint8_t*>(out);
   const int64_t warps_per_block = kThreads / 32;
   switch (f) {
     case quant::ActFormat::F32:
-      check(cudaMemcpy2DAsync(out, out_stride, x, size_t(cols) * sizeof(float),
+      check(cudaMemcpy2DAsync(out, out_stride, x, size_t(x_stride) * sizeof(float),
                               size_t(cols) * sizeof(float), size_t(tokens),
                               cudaMemcpyDeviceToDevice, stream),
             "quantize_act copy");
@@ -136,14 +140,14 @@ void launch_quantize_act(quant::ActFormat f, const float* x, int64_t cols, int t
       const int64_t tasks = cols / 256 * tokens;
       const int64_t grid = (tasks + warps_per_block - 1) / warps_per_block;
       quantize_q8_k<<<int(grid < limits.max_blocks ? grid : limits.max_blocks), kThreads, 0,
-                      stream>>>(x, cols, tokens, o, out_stride);
+                      stream>>>(x, x_stride, cols, tokens, o, out_stride);
       break;
     }
     case quant::ActFormat::Q8_0: {
       const int64_t tasks = (cols / 32 * tokens + 3) / 4;
       const int64_t grid = (tasks + warps_per_block - 1) / warps_per_block;
       quantize_q8_0<<<int(grid < limits.max_blocks ? grid : limits.max_blocks), kThreads, 0,
-                      stream>>>(x, cols, tokens, o, out_stride);
+                      stream>>>(x, x_stride, cols, tokens, o, out_stride);
       break;
     }
   }

@@ -227,6 +227,16 @@ struct MoeScratch {
   detail::MoeBuffers buf{};
 };
 
+// Whether the MoE of this table and x runs on the integer mat-vec (every gate, up and down type
+// has one). Then every window, whatever its rows, takes the same path: each pair's output is
+// bitwise the CPU's, so T-row windows equal one-row windows.
+bool integer_moe(const ExpertTable& table, const Tensor& x) {
+  auto all_integer = [](const std::vector<quant::Type>& types) {
+    return std::all_of(types.begin(), types.end(), cuda::has_matvec_q);
+  };
+  return rows_aligned(x) && all_integer(table.gate_up_types) && all_integer(table.down_types);
+}
+
 // out rows of the listed pairs (all pairs when `listed` is empty and `all` is set).
 void expert_outputs(CudaBackend::Impl& impl, const Tensor& x, const Ids& routed,
                     std::span<const int64_t> pairs, bool all, const ExpertTable& table,
@@ -238,12 +248,20 @@ void expert_outputs(CudaBackend::Impl& impl, const Tensor& x, const Ids& routed,
     std::vector<int32_t> p32(pairs.begin(), pairs.end());
     listed = impl.staging.put(std::span<const int32_t>(p32));
   }
+  const auto* entries = static_cast<const detail::ExpertEntry*>(table.device);
+  if (integer_moe(table, x)) {
+    const MoeScratch s(impl, x, table, n_experts, n_listed, 0);
+    detail::launch_moe_expert_outputs_q(
+        impl.ctx, entries, n_experts, routed.data, routed.cols, listed, n_listed, x,
+        table.gate_up_types.data(), int(table.gate_up_types.size()), table.down_types.data(),
+        int(table.down_types.size()), table.max_ff, table.max_cols, s.buf, out);
+    return;
+  }
   const MoeScratch s(impl, x, table, n_experts, n_listed, std::min(n_experts, n_listed));
   detail::launch_moe_expert_outputs(
-      impl.ctx, static_cast<const detail::ExpertEntry*>(table.device), n_experts, routed.data,
-      routed.cols, listed, n_listed, x, table.gate_up_types.data(),
-      int(table.gate_up_types.size()), table.down_types.data(), int(table.down_types.size()),
-      table.max_ff, s.buf, out);
+      impl.ctx, entries, n_experts, routed.data, routed.cols, listed, n_listed, x,
+      table.gate_up_types.data(), int(table.gate_up_types.size()), table.down_types.data(),
+      int(table.down_types.size()), table.max_ff, s.buf, out);
 }
 
 }  // namespace
@@ -298,14 +316,16 @@ void CudaBackend::moe_experts(const Tensor& x, const Ids& experts, const Tensor&
   ExpertTable& device_table = impl_->expert_table(table);
   check_experts(op, *impl_, x, table, device_table);
   const int64_t n_pairs = x.rows * experts.cols;
-  // Decode windows: each pair on its own and the combine fused into down (the same bits).
-  if (x.rows <= detail::kMoeByPairMaxRows && device_table.down_types.size() == 1) {
+  // Decode windows of the fp32-decoding kernels: each pair on its own and the combine fused into
+  // down (the same bits as the grouped kernels).
+  if (x.rows <= detail::kMoeByPairMaxRows && device_table.down_types.size() == 1 &&
+      !integer_moe(device_table, x)) {
     const MoeScratch s(*impl_, x, device_table, int64_t(table.size()), n_pairs, 0);
     detail::launch_moe_experts_by_pair(
         impl_->ctx, static_cast<const detail::ExpertEntry*>(device_table.device),
-        int64_t(table.size()), experts.data, weights.data, experts.cols, x, device_table.gate_up_types.data(),
-        int(device_table.gate_up_types.size()), device_table.down_types[0], device_table.max_ff,
-        s.buf, y);
+        int64_t(table.size()), experts.data, weights.data, experts.cols, x,
+        device_table.gate_up_types.data(), int(device_table.gate_up_types.size()),
+        device_table.down_types[0], device_table.max_ff, s.buf, y);
     return;
   }
   const Scratch out(impl_->ctx.stream, size_t(n_pairs * x.cols) * sizeof(float));

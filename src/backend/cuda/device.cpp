@@ -155,7 +155,7 @@ Device::Device(int index) : impl_(std::make_unique<Impl>()) {
   int max_grid = 0;
   check(cudaDeviceGetAttribute(&max_grid, cudaDevAttrMaxGridDimX, index), "cudaDeviceGetAttribute");
   impl_->limits.max_blocks = max_grid;
-  impl_->context = {index, impl_->stream, impl_->tables, impl_->limits};
+  impl_->context = {index, impl_->stream, impl_->tables, impl_->limits, impl_->info.sm_count};
 }
 
 Device::~Device() = default;

@@ -35,6 +35,7 @@ struct DeviceContext {
   cudaStream_t stream = nullptr;
   DecodeTables tables{};
   LaunchLimits limits{};
+  int sm_count = 0;
 };
 
 void launch_dequantize(quant::Type t, const void* blocks, float* out, int64_t n,
@@ -44,10 +45,12 @@ void launch_matvec(quant::Type t, const void* w, size_t row_stride, int64_t rows
                    const float* x, float* y, const DecodeTables& tables, const LaunchLimits& limits,
                    cudaStream_t stream);
 
-// Activation quantizer (act_q.cu): `tokens` rows of `cols` floats (x + t * cols) into the
-// activation layout f, row t at out + t * out_stride, bytes equal to quant::quantize_act_ref.
+// Activation quantizer (act_q.cu): `tokens` rows of `cols` floats (x + t * x_stride; 0: cols)
+// into the activation layout f, row t at out + t * out_stride, bytes equal to
+// quant::quantize_act_ref.
 void launch_quantize_act(quant::ActFormat f, const float* x, int64_t cols, int tokens, void* out,
-                         size_t out_stride, const LaunchLimits& limits, cudaStream_t stream);
+                         size_t out_stride, const LaunchLimits& limits, cudaStream_t stream,
+                         int64_t x_stride = 0);
 
 // Integer mat-vec (matvec_q*.cu) against activations already in the format's layout.
 constexpr int kMaxDevices = 64;
@@ -67,6 +70,39 @@ struct MatvecQLaunch {
   cudaStream_t stream;
 };
 void launch_matvec_q(quant::Type t, const MatvecQLaunch& l);
+
+struct ExpertEntry;  // ops.h
+
+// The integer mat-vec over routed pairs. Position i < n_pairs is pair p = listed[i] (listed null:
+// p = i) of expert ids[p]; for matrix m = matrices[z] (z < n_matrices) of that expert,
+// y[z] + Y * y_stride = W_m act(i), act(i) = act[a] + (A / act_div) * act_stride[a] in the
+// matrix's activation layout a (its ExpertEntry::act), where A is p if act_at_pair else i, and Y
+// is p if y_at_pair else i. Only matrices of type `type` are computed; with write_zeros, a pair
+// whose id is outside the table or whose expert has no weights gets zero rows (max_rows of them).
+struct MoeQLaunch {
+  const ExpertEntry* table;
+  int64_t n_experts;
+  const int32_t* ids;
+  const int32_t* listed;
+  int64_t n_pairs;
+  int64_t first;  // the launch covers positions first .. first + gridDim.y - 1 (launch_moe_q's)
+  quant::Type type;
+  int block_elems;  // of `type`
+  int matrices[2];
+  int n_matrices;
+  const uint8_t* act[3];
+  size_t act_stride[3];
+  int64_t act_div;
+  bool act_at_pair, y_at_pair;
+  float* y[2];
+  int64_t y_stride;
+  int64_t max_rows;
+  bool write_zeros;
+  DecodeTables tables;
+  int device, sm_count;
+  cudaStream_t stream;
+};
+void launch_moe_q(const MoeQLaunch& l);
 
 // What Device::matvec_q hands to run_matvec_q: its device, stream, tables and activation scratch
 // (grown on demand, after the stream has drained).

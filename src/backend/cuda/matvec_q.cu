@@ -31,6 +31,10 @@ void launch_matvec_q_q8_0(const MatvecQLaunch& l);
 void launch_matvec_q_q4_k(const MatvecQLaunch& l);
 void launch_matvec_q_iq2_xs(const MatvecQLaunch& l);
 void launch_matvec_q_fp8(const MatvecQLaunch& l);
+void launch_moe_q_q8_0(const MoeQLaunch& l);
+void launch_moe_q_q4_k(const MoeQLaunch& l);
+void launch_moe_q_iq2_xs(const MoeQLaunch& l);
+void launch_moe_q_fp8(const MoeQLaunch& l);
 }  // namespace mvq
 
 void launch_matvec_q(quant::Type t, const MatvecQLaunch& l) {
@@ -45,6 +49,21 @@ void launch_matvec_q(quant::Type t, const MatvecQLaunch& l) {
       return mvq::launch_matvec_q_fp8(l);
     default:
       fail("CUDA matvec_q: no integer kernel for ", quant::type_name(t));
+  }
+}
+
+void launch_moe_q(const MoeQLaunch& l) {
+  switch (l.type) {
+    case quant::Type::Q8_0:
+      return mvq::launch_moe_q_q8_0(l);
+    case quant::Type::Q4_K:
+      return mvq::launch_moe_q_q4_k(l);
+    case quant::Type::IQ2_XS:
+      return mvq::launch_moe_q_iq2_xs(l);
+    case quant::Type::FP8_E4M3:
+      return mvq::launch_moe_q_fp8(l);
+    default:
+      fail("CUDA moe_q: no integer kernel for ", quant::type_name(l.type));
   }
 }
 

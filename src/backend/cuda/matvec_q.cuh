@@ -27,6 +27,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/ops.h"
 
 namespace strata::cuda::detail::mvq {
 
@@ -191,10 +192,9 @@ __device__ __forceinline__ void stage_step(uint8_t* stage, const Args& a, int64_
   }
 }
 
+// The CTA's row groups blockIdx.x, blockIdx.x + gridDim.x, ... of y = W a (K::init_shared done).
 template <class K>
-__global__ void __launch_bounds__(kThreads) matvec_q_kernel(const Args a) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  K::init_shared(smem, a);
+__device__ __forceinline__ void run_row_groups(uint8_t* smem, const Args& a) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint8_t* const stages = smem + K::kSharedBytes;
   const int64_t groups = (a.rows + kCtaRows<K> - 1) / kCtaRows<K>;
@@ -218,13 +218,83 @@ __global__ void __launch_bounds__(kThreads) matvec_q_kernel(const Args a) {
   }
 }
 
-// Host side ---------------------------------------------------------------------------------------
+template <class K>
+__global__ void __launch_bounds__(kThreads) matvec_q_kernel(const Args a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  K::init_shared(smem, a);
+  run_row_groups<K>(smem, a);
+}
 
 // The widest copy unit (16, 8, 4 or 2 bytes) that divides every address a chunk copy starts at and
 // every chunk length: the base address, the stride between rows, a full chunk, the last chunk.
-inline int copy_unit(const void* base, size_t stride, size_t full_chunk, size_t last_chunk) {
+__host__ __device__ inline int copy_unit(const void* base, size_t stride, size_t full_chunk,
+                                         size_t last_chunk) {
   const uint64_t bits = reinterpret_cast<uintptr_t>(base) | stride | full_chunk | last_chunk | 16;
   return int(bits & (~bits + 1));  // lowest set bit
+}
+
+// Matrix l.matrices[blockIdx.z] of the expert of list position blockIdx.y (launch.h's
+// MoeQLaunch): the mat-vec above with that expert's rows and the pair's activation, so each
+// pair's y is bitwise the plain mat-vec's.
+template <class K>
+__global__ void __launch_bounds__(kThreads) moe_q_kernel(const MoeQLaunch l) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  Args a{};
+  a.iq2xs_grid = l.tables.iq2xs_grid;
+  K::init_shared(smem, a);
+  const int64_t i = l.first + blockIdx.y, p = l.listed ? l.listed[i] : i;
+  const int m = l.matrices[blockIdx.z];
+  float* y = l.y[blockIdx.z] + (l.y_at_pair ? p : i) * l.y_stride;
+  const int32_t e = l.ids[p];
+  const ExpertEntry* en = e >= 0 && e < l.n_experts ? &l.table[e] : nullptr;
+  if (!en || !en->w[m]) {
+    if (l.write_zeros)
+      for (int64_t r = int64_t(blockIdx.x) * kThreads + threadIdx.x; r < l.max_rows;
+           r += int64_t(gridDim.x) * kThreads)
+        y[r] = 0.0f;
+    return;
+  }
+  if (en->type[m] != int32_t(l.type)) return;
+  const int act = en->act[m];
+  a.w = static_cast<const uint8_t*>(en->w[m]);
+  a.row_stride = en->row_stride[m];
+  a.rows = en->rows[m];
+  a.nb = en->cols[m] / l.block_elems;
+  a.nsteps = (a.nb + K::kStep - 1) / K::kStep;
+  a.act = l.act[act] + size_t((l.act_at_pair ? p : i) / l.act_div) * l.act_stride[act];
+  a.act_stride = l.act_stride[act];
+  a.tokens = 1;
+  a.y = y;
+  const size_t last = size_t(a.nb % K::kStep);
+  a.w_unit = copy_unit(a.w, a.row_stride, size_t(K::kStep) * K::kBytes, last * K::kBytes);
+  a.a_unit = copy_unit(a.act, a.act_stride, size_t(K::kStep) * K::kActBlockBytes,
+                       last * K::kActBlockBytes);
+  run_row_groups<K>(smem, a);
+}
+
+// Host side ---------------------------------------------------------------------------------------
+
+template <class K>
+constexpr size_t kSmemBytes = size_t(K::kSharedBytes) + 2 * size_t(kStageBytes<K>);
+
+// CTAs of `kernel` resident per SM on `device`, looked up once per device (a launch must not pay
+// for the query).
+template <class K, auto kernel>
+int resident_ctas(int device) {
+  static std::atomic<int> per_sm[kMaxDevices];
+  int blocks_per_sm = device < kMaxDevices ? per_sm[device].load(std::memory_order_relaxed) : 0;
+  if (blocks_per_sm == 0) {
+    if (kSmemBytes<K> > 48 * 1024)
+      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(kSmemBytes<K>)),
+            "cudaFuncSetAttribute");
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads,
+                                                        kSmemBytes<K>),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    if (blocks_per_sm < 1) fail("CUDA matvec_q: kernel does not fit on the device");
+    if (device < kMaxDevices) per_sm[device].store(blocks_per_sm, std::memory_order_relaxed);
+  }
+  return blocks_per_sm;
 }
 
 template <class K>
@@ -245,26 +315,29 @@ void launch(const MatvecQLaunch& l) {
                        last * K::kActBlockBytes);
   a.iq2xs_grid = l.tables.iq2xs_grid;
 
-  const size_t smem = size_t(K::kSharedBytes) + 2 * size_t(kStageBytes<K>);
-  // Occupancy per device, looked up once (a launch must not pay for the query).
-  static std::atomic<int> per_sm[kMaxDevices];
-  int blocks_per_sm = l.device < kMaxDevices ? per_sm[l.device].load(std::memory_order_relaxed) : 0;
-  if (blocks_per_sm == 0) {
-    if (smem > 48 * 1024)
-      check(cudaFuncSetAttribute(matvec_q_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 int(smem)),
-            "cudaFuncSetAttribute");
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, matvec_q_kernel<K>,
-                                                        kThreads, smem),
-          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    if (blocks_per_sm < 1) fail("CUDA matvec_q: kernel does not fit on the device");
-    if (l.device < kMaxDevices) per_sm[l.device].store(blocks_per_sm, std::memory_order_relaxed);
-  }
   const int64_t groups = (l.rows + kCtaRows<K> - 1) / kCtaRows<K>;
-  const int64_t resident = int64_t(blocks_per_sm) * l.sm_count;
+  const int64_t resident = int64_t(resident_ctas<K, matvec_q_kernel<K>>(l.device)) * l.sm_count;
   const int grid = int(groups < resident ? groups : resident);
-  matvec_q_kernel<K><<<grid, kThreads, smem, l.stream>>>(a);
+  matvec_q_kernel<K><<<grid, kThreads, kSmemBytes<K>, l.stream>>>(a);
   check(cudaGetLastError(), "matvec_q launch");
+}
+
+template <class K>
+void launch_moe(const MoeQLaunch& l) {
+  if (l.n_pairs == 0 || l.n_matrices == 0) return;
+  const int64_t groups = (l.max_rows + kCtaRows<K> - 1) / kCtaRows<K>;
+  const int64_t resident = int64_t(resident_ctas<K, moe_q_kernel<K>>(l.device)) * l.sm_count;
+  constexpr int64_t kMaxGridY = 65535;
+  for (int64_t first = 0; first < l.n_pairs; first += kMaxGridY) {
+    MoeQLaunch part = l;
+    part.first = first;
+    const int64_t pairs = l.n_pairs - first < kMaxGridY ? l.n_pairs - first : kMaxGridY;
+    const int64_t per_matrix = resident / (pairs * l.n_matrices);
+    const int64_t gx = groups < per_matrix ? groups : per_matrix < 1 ? 1 : per_matrix;
+    const dim3 grid(unsigned(gx), unsigned(pairs), unsigned(l.n_matrices));
+    moe_q_kernel<K><<<grid, kThreads, kSmemBytes<K>, l.stream>>>(part);
+    check(cudaGetLastError(), "moe_q launch");
+  }
 }
 
 }  // namespace strata::cuda::detail::mvq

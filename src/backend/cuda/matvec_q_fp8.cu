@@ -104,4 +104,6 @@ void launch_matvec_q_fp8(const MatvecQLaunch& l) {
   return launch<FP8Kernel<4, 8>>(l);
 }
 
+void launch_moe_q_fp8(const MoeQLaunch& l) { launch_moe<FP8Kernel<4, 1>>(l); }
+
 }  // namespace strata::cuda::detail::mvq

@@ -198,4 +198,6 @@ void launch_matvec_q_iq2_xs(const MatvecQLaunch& l) {
   return launch<IQ2_XSKernel<2, 8, 1>>(l);
 }
 
+void launch_moe_q_iq2_xs(const MoeQLaunch& l) { launch_moe<IQ2_XSKernel<4, 1, 1>>(l); }
+
 }  // namespace strata::cuda::detail::mvq

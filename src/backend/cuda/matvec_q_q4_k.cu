@@ -151,4 +151,6 @@ void launch_matvec_q_q4_k(const MatvecQLaunch& l) {
   return launch<Q4_KKernel<2, 8>>(l);
 }
 
+void launch_moe_q_q4_k(const MoeQLaunch& l) { launch_moe<Q4_KKernel<4, 1>>(l); }
+
 }  // namespace strata::cuda::detail::mvq

@@ -94,4 +94,6 @@ void launch_matvec_q_q8_0(const MatvecQLaunch& l) {
   return launch<Q8_0Kernel<4, 8>>(l);
 }
 
+void launch_moe_q_q8_0(const MoeQLaunch& l) { launch_moe<Q8_0Kernel<4, 1>>(l); }
+
 }  // namespace strata::cuda::detail::mvq

@@ -180,6 +180,17 @@ void launch_moe_experts_by_pair(const DeviceContext& ctx, const ExpertEntry* tab
                                 const Tensor& x, const quant::Type* gate_up_types,
                                 int n_gate_up_types, quant::Type down_type, int64_t max_ff,
                                 const MoeBuffers& buf, Tensor y);
+// launch_moe_expert_outputs by the integer mat-vec (launch.h's launch_moe_q), for tables whose
+// gate/up and down types all have one (cuda::has_matvec_q) and x rows 16-byte aligned: x quantized
+// to bytes once per layout, gate and up of every listed pair, the hidden rows quantized to bytes
+// for down, down of every listed pair into its out row. Each pair's dots are bitwise the CPU's
+// dot_ref, whatever the window: a T-row window equals T one-row windows. buf.out is not used.
+void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* table,
+                                 int64_t n_experts, const int32_t* expert_ids, int64_t top_k,
+                                 const int32_t* listed, int64_t n_listed, const Tensor& x,
+                                 const quant::Type* gate_up_types, int n_gate_up_types,
+                                 const quant::Type* down_types, int n_down_types, int64_t max_ff,
+                                 int64_t max_cols, const MoeBuffers& buf, Tensor out);
 // y[r] += sum over j in rank order of weights[r * top_k + j] * out[r * top_k + j].
 void launch_moe_combine(const DeviceContext& ctx, const float* weights, int64_t top_k,
                         const Tensor& out, Tensor y);

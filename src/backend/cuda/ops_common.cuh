@@ -35,6 +35,8 @@ __device__ __forceinline__ float half_warp_dot(const float* __restrict__ a,
                                                const float* __restrict__ b, int64_t n) {
   const int l = threadIdx.x & 15;
   float acc = 0.0f;
+  // Unrolled so the loads run ahead of the chain (the chain's order is unchanged).
+#pragma unroll 8
   for (int64_t i = l; i < n; i += 16) acc = __fmaf_rn(a[i], b[i], acc);
   acc = __fadd_rn(acc, __shfl_xor_sync(kFullMask, acc, 8));
   acc = __fadd_rn(acc, __shfl_xor_sync(kFullMask, acc, 4));

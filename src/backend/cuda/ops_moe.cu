@@ -1,10 +1,13 @@
 // The router and the routed experts.
 //
-// route: one warp per row; softmax with the CPU's column-order sum (one lane adds), top-k as k
-// rounds of a warp argmax in the total order "probability descending, then id ascending", each
-// round taking the best strictly after the previous winner.
+// route: one warp per row; softmax with the CPU's column-order sum (one chain), top-k as k rounds
+// of a warp argmax in the total order "probability descending (nan last), then id ascending",
+// each round taking the best strictly after the previous winner.
 //
-// Experts: the listed pairs are grouped by expert on the device (moe_group_kernel: per expert its
+// Experts whose types all have an integer mat-vec (matvec_q*.cu) run on it, pair by pair, for
+// every window (launch_moe_expert_outputs_q): each pair's gate, up and down are bitwise the CPU's
+// dot products, so y is the CPU backend's. The others decode to fp32:
+// the listed pairs are grouped by expert on the device (moe_group_kernel: per expert its
 // pairs in ascending order), so each routed expert's gate, up and down rows are decoded once per
 // pass of 8 pairs for all pairs routed to it. Each pair's dot products are warp_row_dots, i.e.
 // bitwise Device::matvec of that pair's activation, whatever else the window routes: a T-row
@@ -13,7 +16,10 @@
 // like any activation; moe_combine adds the pair outputs in rank order with fma, as the CPU does.
 #include <cub/block/block_scan.cuh>
 
+#include <climits>
+
 #include "backend/cuda/check.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/decode.cuh"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/ops_common.cuh"
@@ -205,10 +211,12 @@ __device__ void hidden_row(const float* gate, const float* up, float* h, int64_t
   }
 }
 
+// plain: swiglu values as they are (the integer path quantizes them to bytes afterwards), else
+// rounded through down's activation layout.
 __global__ void __launch_bounds__(kThreads)
     moe_hidden_kernel(const ExpertEntry* __restrict__ table, int64_t n_experts,
                       const int32_t* __restrict__ ids, const int32_t* __restrict__ listed,
-                      int64_t n_listed, MoeBuffers buf) {
+                      int64_t n_listed, MoeBuffers buf, bool plain) {
   for (int64_t i = blockIdx.x; i < n_listed; i += gridDim.x) {
     const int32_t e = ids[pair_of(listed, i)];
     if (e < 0 || e >= n_experts) continue;
@@ -216,7 +224,7 @@ __global__ void __launch_bounds__(kThreads)
     const float* g = buf.gate + i * buf.ff_stride;
     const float* u = buf.up + i * buf.ff_stride;
     float* h = buf.hidden + i * buf.ff_stride;
-    const ActQuant mode = ActQuant(en.act[2]);
+    const ActQuant mode = plain ? ActQuant::None : ActQuant(en.act[2]);
     if (mode == ActQuant::Q8_K)
       hidden_row<8>(g, u, h, en.rows[0], en.cols[2], mode);
     else
@@ -232,65 +240,79 @@ __global__ void moe_combine_kernel(const float* __restrict__ weights, int64_t to
        u += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = u / cols, c = u % cols;
     float acc = y[r * y_stride + c];
+#pragma unroll 8  // the loads run ahead of the chain
     for (int64_t j = 0; j < top_k; ++j)
       acc = __fmaf_rn(weights[r * top_k + j], out[(r * top_k + j) * out_stride + c], acc);
     y[r * y_stride + c] = acc;
   }
 }
 
-// Whether (pa, a) comes before (pb, b): probability descending, then id ascending. A nan
-// probability ranks below every number (it only matters that the order stays total).
-__device__ __forceinline__ bool ranks_before(float pa, int a, float pb, int b) {
-  pa = pa == pa ? pa : -1.0f;
-  pb = pb == pb ? pb : -1.0f;
-  return pa != pb ? pa > pb : a < b;
+// A probability as a key whose unsigned order is the ranking's: numbers (never negative here)
+// above nan, larger above smaller. 0: none.
+__device__ __forceinline__ uint32_t rank_key(float p) {
+  return p == p ? __float_as_uint(p) + 1u : 0u;
 }
 
-// One warp per row; dynamic shared memory: the row's n probabilities.
+// The lane's best element (strided: lane, lane + 32, ...) ranking after (after_key, after), as its
+// key and id (key 0 when none is left).
+__device__ __forceinline__ void lane_best(const float* p, int n, uint32_t after_key, int after,
+                                          uint32_t& key, int& id) {
+  key = 0, id = INT_MAX;
+  bool found = false;
+#pragma unroll 16
+  for (int i = int(threadIdx.x); i < n; i += 32) {
+    const uint32_t k = rank_key(p[i]);
+    const bool after_it = after < 0 || k < after_key || (k == after_key && i > after);
+    if (after_it && (!found || k > key)) key = k, id = i, found = true;
+  }
+}
+
+// One warp per row. Dynamic shared memory: the row's n probabilities, then the top_k chosen ids
+// and their probabilities. The row's loads are unrolled so they are in flight together (one warp
+// hides no latency behind another); the softmax sum is one chain in column order, as on the CPU.
+// Each lane keeps its best candidate, a round's winner is two warp reductions (largest key, then
+// lowest id among the lanes holding it), and only the lane that owned the winner looks again.
 __global__ void __launch_bounds__(32)
     route_kernel(const float* __restrict__ logits, int64_t stride, int n, int top_k,
                  bool renormalize, int32_t* __restrict__ experts, float* __restrict__ weights) {
   extern __shared__ float p[];
+  int* chosen = reinterpret_cast<int*>(p + n);
+  float* chosen_p = p + n + top_k;
   const int lane = threadIdx.x;
   const int64_t r = blockIdx.x;
   const float* l = logits + r * stride;
+#pragma unroll 16
+  for (int i = lane; i < n; i += 32) p[i] = l[i];
   float mx = -INFINITY;
-  for (int i = lane; i < n; i += 32) mx = fmaxf(mx, l[i]);
+#pragma unroll 16
+  for (int i = lane; i < n; i += 32) mx = fmaxf(mx, p[i]);
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, off));
-  for (int i = lane; i < n; i += 32) p[i] = expf(__fsub_rn(l[i], mx));
+#pragma unroll 16
+  for (int i = lane; i < n; i += 32) p[i] = expf(__fsub_rn(p[i], mx));
   __syncwarp();
   float sum = 0.0f;
-  if (lane == 0)
+  if (lane == 0) {
+#pragma unroll 16
     for (int i = 0; i < n; ++i) sum = __fadd_rn(sum, p[i]);
+  }
   sum = __shfl_sync(kFullMask, sum, 0);
+#pragma unroll 16
   for (int i = lane; i < n; i += 32) p[i] = __fdiv_rn(p[i], sum);
-  __syncwarp();
-  float prev_p = 0.0f;
-  int prev = -1;
+  uint32_t mine_key;
+  int mine;
+  lane_best(p, n, 0, -1, mine_key, mine);
   for (int k = 0; k < top_k; ++k) {
-    float best_p = 0.0f;
-    int best = -1;
-    for (int i = lane; i < n; i += 32) {
-      if (prev >= 0 && !ranks_before(prev_p, prev, p[i], i)) continue;
-      if (best < 0 || ranks_before(p[i], i, best_p, best)) best_p = p[i], best = i;
-    }
-    for (int off = 16; off > 0; off >>= 1) {
-      const float op = __shfl_xor_sync(kFullMask, best_p, off);
-      const int ob = __shfl_xor_sync(kFullMask, best, off);
-      if (ob >= 0 && (best < 0 || ranks_before(op, ob, best_p, best))) best_p = op, best = ob;
-    }
-    if (lane == 0) experts[r * top_k + k] = best;
-    prev_p = best_p;
-    prev = best;
+    const uint32_t best_key = __reduce_max_sync(kFullMask, mine_key);
+    const int best = int(__reduce_min_sync(kFullMask, mine_key == best_key ? uint32_t(mine) : ~0u));
+    if (lane == 0) chosen[k] = best, chosen_p[k] = p[best];
+    if (best % 32 == lane) lane_best(p, n, best_key, best, mine_key, mine);
   }
   __syncwarp();
-  if (lane == 0) {
-    float chosen = 0.0f;
-    for (int k = 0; k < top_k; ++k) chosen = __fadd_rn(chosen, p[experts[r * top_k + k]]);
-    for (int k = 0; k < top_k; ++k) {
-      const float pk = p[experts[r * top_k + k]];
-      weights[r * top_k + k] = renormalize ? __fdiv_rn(pk, chosen) : pk;
-    }
+  float total = 0.0f;
+  for (int k = 0; k < top_k; ++k) total = __fadd_rn(total, chosen_p[k]);
+  for (int k = lane; k < top_k; k += 32) {
+    experts[r * top_k + k] = chosen[k];
+    weights[r * top_k + k] = renormalize ? __fdiv_rn(chosen_p[k], total) : chosen_p[k];
   }
 }
 
@@ -333,7 +355,7 @@ void launch_moe_expert_outputs(const DeviceContext& ctx, const ExpertEntry* tabl
     });
   }
   moe_hidden_kernel<<<unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)), kThreads, 0,
-                      ctx.stream>>>(table, n_experts, expert_ids, listed, n_listed, buf);
+                      ctx.stream>>>(table, n_experts, expert_ids, listed, n_listed, buf, false);
   STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
   for (int i = 0; i < n_down_types; ++i) {
     visit_decoder(down_types[i], [&](auto decoder) {
@@ -374,7 +396,7 @@ void launch_moe_experts_by_pair(const DeviceContext& ctx, const ExpertEntry* tab
     });
   }
   moe_hidden_kernel<<<unsigned(grid_for(n_pairs, 1, ctx.limits.max_blocks)), kThreads, 0,
-                      ctx.stream>>>(table, n_experts, expert_ids, nullptr, n_pairs, buf);
+                      ctx.stream>>>(table, n_experts, expert_ids, nullptr, n_pairs, buf, false);
   STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
   visit_decoder(down_type, [&](auto decoder) {
     using D = decltype(decoder);
@@ -385,10 +407,86 @@ void launch_moe_experts_by_pair(const DeviceContext& ctx, const ExpertEntry* tab
   });
 }
 
+void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* table,
+                                 int64_t n_experts, const int32_t* expert_ids, int64_t top_k,
+                                 const int32_t* listed, int64_t n_listed, const Tensor& x,
+                                 const quant::Type* gate_up_types, int n_gate_up_types,
+                                 const quant::Type* down_types, int n_down_types, int64_t max_ff,
+                                 int64_t max_cols, const MoeBuffers& buf, Tensor out) {
+  if (n_listed == 0) return;
+  MoeQLaunch l{};
+  l.table = table;
+  l.n_experts = n_experts;
+  l.ids = expert_ids;
+  l.listed = listed;
+  l.n_pairs = n_listed;
+  l.tables = ctx.tables;
+  l.device = ctx.index;
+  l.sm_count = ctx.sm_count;
+  l.stream = ctx.stream;
+  // x as bytes in each layout gate/up read (x itself for fp32).
+  for (int a = 0; a < 3; ++a) {
+    if (!buf.x_act[a]) continue;
+    if (a == int(ActQuant::None)) {
+      l.act[a] = reinterpret_cast<const uint8_t*>(buf.x_act[a]);
+      l.act_stride[a] = size_t(buf.x_act_stride[a]) * sizeof(float);
+      continue;
+    }
+    const quant::ActFormat f =
+        a == int(ActQuant::Q8_K) ? quant::ActFormat::Q8_K : quant::ActFormat::Q8_0;
+    l.act_stride[a] = quantized_act_stride(f, x.cols);
+    launch_quantize_act(f, x.data, x.cols, int(x.rows), buf.x_act[a], l.act_stride[a], ctx.limits,
+                        ctx.stream, x.stride);
+    l.act[a] = reinterpret_cast<const uint8_t*>(buf.x_act[a]);
+  }
+  l.matrices[0] = 0, l.matrices[1] = 1, l.n_matrices = 2;
+  l.act_div = top_k, l.act_at_pair = true, l.y_at_pair = false;
+  l.y[0] = buf.gate, l.y[1] = buf.up, l.y_stride = buf.ff_stride;
+  l.max_rows = max_ff;
+  for (int i = 0; i < n_gate_up_types; ++i) {
+    l.type = gate_up_types[i];
+    l.block_elems = int(quant::type_info(l.type).block_elems);
+    l.write_zeros = i == 0;
+    launch_moe_q(l);
+  }
+  moe_hidden_kernel<<<unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)), kThreads, 0,
+                      ctx.stream>>>(table, n_experts, expert_ids, listed, n_listed, buf, true);
+  STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
+  // The hidden rows as bytes in each down layout, the first written over the gate rows (read by
+  // now), a second over the up rows.
+  l.act[0] = l.act[1] = l.act[2] = nullptr;
+  float* free_rows[2] = {buf.gate, buf.up};
+  int n_free = 0;
+  for (int i = 0; i < n_down_types; ++i) {
+    const quant::ActFormat f = quant::kernels(down_types[i]).act;
+    const int a = int(act_quant(f));
+    if (l.act[a]) continue;
+    if (f == quant::ActFormat::F32) {
+      l.act[a] = reinterpret_cast<const uint8_t*>(buf.hidden);
+      l.act_stride[a] = size_t(buf.ff_stride) * sizeof(float);
+      continue;
+    }
+    l.act_stride[a] = quantized_act_stride(f, max_cols);
+    launch_quantize_act(f, buf.hidden, max_cols, int(n_listed), free_rows[n_free],
+                        l.act_stride[a], ctx.limits, ctx.stream, buf.ff_stride);
+    l.act[a] = reinterpret_cast<const uint8_t*>(free_rows[n_free++]);
+  }
+  l.matrices[0] = 2, l.n_matrices = 1;
+  l.act_div = 1, l.act_at_pair = false, l.y_at_pair = true;
+  l.y[0] = out.data, l.y[1] = nullptr, l.y_stride = out.stride;
+  l.max_rows = x.cols;
+  for (int i = 0; i < n_down_types; ++i) {
+    l.type = down_types[i];
+    l.block_elems = int(quant::type_info(l.type).block_elems);
+    l.write_zeros = i == 0;
+    launch_moe_q(l);
+  }
+}
+
 void launch_route_softmax_topk(const DeviceContext& ctx, const Tensor& logits, int64_t top_k,
                                bool renormalize, int32_t* experts, float* weights) {
   if (logits.rows == 0) return;
-  const size_t shared = size_t(logits.cols) * sizeof(float);
+  const size_t shared = size_t(logits.cols + 2 * top_k) * sizeof(float);
   if (shared > 48 * 1024)
     fail("CUDA route_softmax_topk: ", logits.cols, " experts exceed the kernel's shared memory");
   route_kernel<<<unsigned(logits.rows), 32, shared, ctx.stream>>>(

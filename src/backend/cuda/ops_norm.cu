@@ -61,6 +61,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t u = blockIdx.x; u < rows * n_groups; u += gridDim.x) {
     const int64_t r = u / n_groups, g = u % n_groups;
     const float* xg = x + r * x_stride + g * group;
+    // Unrolled loops: a thread's loads are in flight together (a lone block hides no latency).
+#pragma unroll 8
     for (int64_t i = threadIdx.x; i < group; i += blockDim.x) xs[i] = xg[i];
     __syncthreads();
     if (threadIdx.x < 32) {  // both halves of warp 0 compute the same sum
@@ -71,6 +73,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const float s = scale;
     float* yg = y + r * y_stride + g * group;
+#pragma unroll 8
     for (int64_t i = threadIdx.x; i < group; i += blockDim.x) {
       const float v = __fmul_rn(xs[i], s);
       yg[i] = w ? __fmul_rn(v, w[i]) : v;
