@@ -6,7 +6,7 @@
 // zero, inf, nan or too small for 127 / amax is d = 0 with zero codes. Every step is an IEEE
 // operation with the CPU's rounding (__fdiv_rn, __fmul_rn, __float2int_rn), and Q8_0's fp16 d is
 // util/half.h's conversion.
-#include "backend/cuda/act_rule.cuh"
+#include "backend/cuda/act_q.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.h"
 
@@ -15,38 +15,8 @@ namespace strata::cuda::detail {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr unsigned kFull = 0xffffffffu;
 
-// util/half.h's fp32_to_fp16, bit for bit (round to nearest even, quiet NaN payloads kept).
-__device__ uint32_t fp32_to_fp16_bits(float f) {
-  const uint32_t x = __float_as_uint(f);
-  const uint32_t sign = (x >> 16) & 0x8000u, abs = x & 0x7fffffffu;
-  if (abs >= 0x7f800000u)
-    return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u | ((abs >> 13) & 0x3ffu) : 0u);
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;
-  if (abs < 0x38800000u) {
-    const float scaled = __fmul_rn(__uint_as_float(abs), 0x1p24f);
-    uint32_t q = __float2uint_rz(scaled);
-    const float rem = __fsub_rn(scaled, __uint2float_rn(q));
-    if (rem > 0.5f || (rem == 0.5f && (q & 1u))) ++q;
-    return sign | q;
-  }
-  return sign | ((abs + 0xfffu + ((abs >> 13) & 1u) - 0x38000000u) >> 13);
-}
-
-// Codes of n elements: round-to-even(x * mul), or zeros for a zero block.
-template <int n>
-__device__ void codes(const float* e, bool zero, float mul, int* q) {
-#pragma unroll
-  for (int k = 0; k < n; ++k) q[k] = zero ? 0 : __float2int_rn(__fmul_rn(e[k], mul));
-}
-
-__device__ __forceinline__ uint32_t pack4(const int* q) {
-  return (uint32_t(q[0]) & 0xffu) | (uint32_t(q[1]) & 0xffu) << 8 | (uint32_t(q[2]) & 0xffu) << 16 |
-         (uint32_t(q[3]) & 0xffu) << 24;
-}
-
-// block_q8_K (f32 d, 256 codes, 16 int16 sums of 16 codes): one warp per block, 8 elements a lane.
+// block_q8_K: one warp per block.
 __global__ void __launch_bounds__(kThreads)
     quantize_q8_k(const float* __restrict__ x, int64_t x_stride, int64_t cols, int tokens,
                   uint8_t* __restrict__ out, size_t stride) {
@@ -56,33 +26,16 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = int64_t(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32; i < total;
        i += warps) {
     const int64_t tok = i / nb, b = i % nb;
-    const float4* src = reinterpret_cast<const float4*>(x + tok * x_stride + b * 256) + 2 * lane;
-    const float4 u = __ldg(src), v = __ldg(src + 1);
-    const float e[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
-    const uint32_t amax = act_warp_amax(e);
-    const float first_max = act_warp_first_max(e, amax);
-    const bool zero = act_block_is_zero(amax);
-    const float mul = zero ? 0.0f : __fdiv_rn(-127.0f, first_max);
-    const float d = zero ? 0.0f : __fdiv_rn(1.0f, mul);
-    int q[8];
-    codes<8>(e, zero, mul, q);
-    uint8_t* o = out + size_t(tok) * stride + size_t(b) * 292;
-    if (lane == 0) *reinterpret_cast<float*>(o) = d;
-    *reinterpret_cast<uint32_t*>(o + 4 + 8 * lane) = pack4(q);
-    *reinterpret_cast<uint32_t*>(o + 8 + 8 * lane) = pack4(q + 4);
-    int sum = 0;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) sum += q[k];
-    sum += __shfl_xor_sync(kFull, sum, 1);  // lanes 2g, 2g + 1 hold the 16 codes of sum g
-    if (lane % 2 == 0) *reinterpret_cast<int16_t*>(o + 260 + lane) = int16_t(sum);
+    quantize_q8_k_block(x + tok * x_stride + b * 256, out + size_t(tok) * stride + size_t(b) * 292,
+                        lane);
   }
 }
 
-// block_q8_0 (fp16 d, 32 codes): 8 lanes per block, 4 elements a lane, 4 blocks a warp.
+// block_q8_0: 8 lanes per block, 4 blocks a warp.
 __global__ void __launch_bounds__(kThreads)
     quantize_q8_0(const float* __restrict__ x, int64_t x_stride, int64_t cols, int tokens,
                   uint8_t* __restrict__ out, size_t stride) {
-  const int lane = threadIdx.x % 32, sub = lane % 8;
+  const int lane = threadIdx.x % 32;
   const int64_t nb = cols / 32, total = nb * tokens;
   const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);
   for (int64_t first = (int64_t(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * 4;
@@ -90,22 +43,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t i = first + lane / 8;
     const bool active = i < total;  // lanes past the end still take part in the shuffles
     const int64_t tok = (active ? i : total - 1) / nb, b = (active ? i : total - 1) % nb;
-    const float4 u = __ldg(reinterpret_cast<const float4*>(x + tok * x_stride + b * 32) + sub);
-    const float e[4] = {u.x, u.y, u.z, u.w};
-    uint32_t amax = max(max(act_abs_bits(e[0]), act_abs_bits(e[1])),
-                        max(act_abs_bits(e[2]), act_abs_bits(e[3])));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = max(amax, __shfl_xor_sync(kFull, amax, o));
-    const bool zero = act_block_is_zero(amax);
-    const float d = zero ? 0.0f : __fdiv_rn(__uint_as_float(amax), 127.0f);
-    int q[4];
-    codes<4>(e, zero, zero ? 0.0f : __fdiv_rn(127.0f, __uint_as_float(amax)), q);
-    if (!active) continue;
-    uint8_t* o = out + size_t(tok) * stride + size_t(b) * 34;
-    if (sub == 0) *reinterpret_cast<uint16_t*>(o) = uint16_t(fp32_to_fp16_bits(d));
-    const uint32_t packed = pack4(q);
-    *reinterpret_cast<uint16_t*>(o + 2 + 4 * sub) = uint16_t(packed);
-    *reinterpret_cast<uint16_t*>(o + 4 + 4 * sub) = uint16_t(packed >> 16);
+    quantize_q8_0_block(x + tok * x_stride + b * 32, out + size_t(tok) * stride + size_t(b) * 34,
+                        active, lane % 8);
   }
 }
 

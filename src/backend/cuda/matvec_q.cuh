@@ -25,6 +25,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "backend/cuda/act_q.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/ops.h"
@@ -48,6 +49,10 @@ struct Args {
   float* y;            // y[t * rows + r]
   int w_unit, a_unit;  // copy granularity (bytes) for weight and activation chunks
   const uint64_t* iq2xs_grid;
+  // Non-null (one activation, a format whose kActElems<K> is not 0): the fp32 activation, which
+  // the CTA quantizes into shared memory itself (act_blocks blocks) instead of copying `act`.
+  const float* x;
+  int act_blocks;
 };
 
 // Copies ------------------------------------------------------------------------------------------
@@ -169,6 +174,59 @@ constexpr int kCtaRows = kWarps* K::R;
 template <class K>
 constexpr int kStageBytes = kCtaRows<K>* K::kRowStride + K::T* K::kActStride;
 
+// Elements of the format's activation block when the CTA can quantize it itself (Q8_0: 34 bytes,
+// Q8_K: 292), else 0 (an fp32 activation is copied as it is).
+template <class K>
+constexpr int kActElems = K::kActBlockBytes == 34 ? 32 : K::kActBlockBytes == 292 ? 256 : 0;
+
+template <class K>
+constexpr int kFusedActOffset = (K::kSharedBytes + 2 * kStageBytes<K> + 15) / 16 * 16;
+
+template <class K>
+constexpr int kFusedActBytes =
+    kActElems<K> == 0 ? 0
+                      : int((kMaxFusedActCols + K::kStep * kActElems<K> - 1) / (K::kStep * kActElems<K>)) *
+                            K::kActStride;
+
+// The CTA quantizes a.x into dst (a.act_blocks blocks of K's activation layout), warp by warp,
+// with kBatch rounds of loads in flight before their quantization (a 2048-wide activation is one
+// batch).
+template <class K>
+__device__ __forceinline__ void quantize_act_in_cta(uint8_t* dst, const Args& a, int warp,
+                                                    int lane) {
+  constexpr int kBatch = 4;
+  if constexpr (kActElems<K> == 256) {  // a warp per block
+    for (int b0 = warp; b0 < a.act_blocks; b0 += kBatch * kWarps) {
+      float4 u[kBatch], v[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int b = min(b0 + k * kWarps, a.act_blocks - 1);
+        const float4* src = reinterpret_cast<const float4*>(a.x + size_t(b) * 256) + 2 * lane;
+        u[k] = src[0], v[k] = src[1];
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k)
+        if (b0 + k * kWarps < a.act_blocks)
+          quantize_q8_k_values(u[k], v[k], dst + size_t(b0 + k * kWarps) * 292, lane);
+    }
+  } else if constexpr (kActElems<K> == 32) {  // 8 lanes per block, 4 blocks a warp
+    for (int b0 = 4 * warp + lane / 8; b0 - lane / 8 < a.act_blocks; b0 += kBatch * 4 * kWarps) {
+      float4 u[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int b = min(b0 + k * 4 * kWarps, a.act_blocks - 1);
+        u[k] = reinterpret_cast<const float4*>(a.x + size_t(b) * 32)[lane % 8];
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int b = b0 + k * 4 * kWarps;
+        quantize_q8_0_values(u[k], dst + size_t(b < a.act_blocks ? b : 0) * 34, b < a.act_blocks,
+                             lane % 8);
+      }
+    }
+  }
+}
+
 // Warp w copies its own R row chunks and the chunks of activations w, w + kWarps, ...
 template <class K>
 __device__ __forceinline__ void stage_step(uint8_t* stage, const Args& a, int64_t r0, int t,
@@ -184,6 +242,7 @@ __device__ __forceinline__ void stage_step(uint8_t* stage, const Args& a, int64_
               a.w + size_t(r) * a.row_stride + size_t(blk0) * K::kBytes, nblk * K::kBytes, a.w_unit,
               lane);
   }
+  if (kActElems<K> != 0 && a.x) return;  // the activation is already in shared memory
   for (int tok = warp; tok < K::T; tok += kWarps) {
     const int src = min(tok, a.tokens - 1);
     warp_copy(stage + kCtaRows<K> * K::kRowStride + tok * K::kActStride,
@@ -198,11 +257,15 @@ __device__ __forceinline__ void run_row_groups(uint8_t* smem, const Args& a) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint8_t* const stages = smem + K::kSharedBytes;
   const int64_t groups = (a.rows + kCtaRows<K> - 1) / kCtaRows<K>;
+  const bool fused = kActElems<K> != 0 && a.x;
+  uint8_t* const fused_act = smem + kFusedActOffset<K>;
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
     const int64_t r0 = g * kCtaRows<K>;
     typename K::Acc acc{};
     stage_step<K>(stages, a, r0, 0, warp, lane);
     cp_async_commit();
+    // While the first weights are on their way (the loop's first barrier publishes it).
+    if (fused && g == blockIdx.x) quantize_act_in_cta<K>(fused_act, a, warp, lane);
     for (int t = 0; t < a.nsteps; ++t) {
       if (t + 1 < a.nsteps)
         stage_step<K>(stages + ((t + 1) & 1) * kStageBytes<K>, a, r0, t + 1, warp, lane);
@@ -210,8 +273,8 @@ __device__ __forceinline__ void run_row_groups(uint8_t* smem, const Args& a) {
       cp_async_wait<1>();  // step t's group has landed (only step t + 1's may be in flight)
       __syncthreads();     // ... for every thread's copies
       const uint8_t* stage = stages + (t & 1) * kStageBytes<K>;
-      K::step(stage + warp * K::R * K::kRowStride, stage + kCtaRows<K> * K::kRowStride, smem, a, t,
-              lane, acc);
+      const uint8_t* act = fused ? fused_act + t * K::kActStride : stage + kCtaRows<K> * K::kRowStride;
+      K::step(stage + warp * K::R * K::kRowStride, act, smem, a, t, lane, acc);
       __syncthreads();  // every warp is done reading this stage before it is refilled
     }
     K::finish(acc, a, r0 + warp * K::R, lane);
@@ -255,44 +318,61 @@ __global__ void __launch_bounds__(kThreads) moe_q_kernel(const MoeQLaunch l) {
     return;
   }
   if (en->type[m] != int32_t(l.type)) return;
-  const int act = en->act[m];
+  const int64_t row = (l.act_at_pair ? p : i) / l.act_div;
   a.w = static_cast<const uint8_t*>(en->w[m]);
   a.row_stride = en->row_stride[m];
   a.rows = en->rows[m];
   a.nb = en->cols[m] / l.block_elems;
   a.nsteps = (a.nb + K::kStep - 1) / K::kStep;
-  a.act = l.act[act] + size_t((l.act_at_pair ? p : i) / l.act_div) * l.act_stride[act];
-  a.act_stride = l.act_stride[act];
   a.tokens = 1;
   a.y = y;
   const size_t last = size_t(a.nb % K::kStep);
   a.w_unit = copy_unit(a.w, a.row_stride, size_t(K::kStep) * K::kBytes, last * K::kBytes);
-  a.a_unit = copy_unit(a.act, a.act_stride, size_t(K::kStep) * K::kActBlockBytes,
-                       last * K::kActBlockBytes);
+  bool fused = false;
+  if constexpr (kActElems<K> != 0) {
+    if (l.x) {
+      a.x = l.x + row * l.x_stride;
+      a.act_blocks = en->cols[m] / kActElems<K>;
+      fused = true;
+    }
+  }
+  if (!fused) {
+    const int act = en->act[m];
+    a.act = l.act[act] + size_t(row) * l.act_stride[act];
+    a.act_stride = l.act_stride[act];
+    a.a_unit = copy_unit(a.act, a.act_stride, size_t(K::kStep) * K::kActBlockBytes,
+                         last * K::kActBlockBytes);
+  }
   run_row_groups<K>(smem, a);
 }
 
 // Host side ---------------------------------------------------------------------------------------
 
+// Dynamic shared memory of a launch: K's tables, two stages, and with `fused` the whole quantized
+// activation.
 template <class K>
-constexpr size_t kSmemBytes = size_t(K::kSharedBytes) + 2 * size_t(kStageBytes<K>);
+constexpr size_t smem_bytes(bool fused) {
+  return fused ? size_t(kFusedActOffset<K>) + size_t(kFusedActBytes<K>)
+               : size_t(K::kSharedBytes) + 2 * size_t(kStageBytes<K>);
+}
 
-// CTAs of `kernel` resident per SM on `device`, looked up once per device (a launch must not pay
-// for the query).
+// CTAs of `kernel` resident per SM on `device` with that shared memory, looked up once per device
+// (a launch must not pay for the query).
 template <class K, auto kernel>
-int resident_ctas(int device) {
-  static std::atomic<int> per_sm[kMaxDevices];
-  int blocks_per_sm = device < kMaxDevices ? per_sm[device].load(std::memory_order_relaxed) : 0;
+int resident_ctas(int device, bool fused) {
+  static std::atomic<int> per_sm[kMaxDevices][2];
+  const size_t smem = smem_bytes<K>(fused);
+  int blocks_per_sm = device < kMaxDevices ? per_sm[device][fused].load(std::memory_order_relaxed) : 0;
   if (blocks_per_sm == 0) {
-    if (kSmemBytes<K> > 48 * 1024)
+    if (smem > 48 * 1024)
       check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 int(kSmemBytes<K>)),
+                                 int(smem_bytes<K>(true) > smem_bytes<K>(false) ? smem_bytes<K>(true)
+                                                                                : smem_bytes<K>(false))),
             "cudaFuncSetAttribute");
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads,
-                                                        kSmemBytes<K>),
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads, smem),
           "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     if (blocks_per_sm < 1) fail("CUDA matvec_q: kernel does not fit on the device");
-    if (device < kMaxDevices) per_sm[device].store(blocks_per_sm, std::memory_order_relaxed);
+    if (device < kMaxDevices) per_sm[device][fused].store(blocks_per_sm, std::memory_order_relaxed);
   }
   return blocks_per_sm;
 }
@@ -316,9 +396,10 @@ void launch(const MatvecQLaunch& l) {
   a.iq2xs_grid = l.tables.iq2xs_grid;
 
   const int64_t groups = (l.rows + kCtaRows<K> - 1) / kCtaRows<K>;
-  const int64_t resident = int64_t(resident_ctas<K, matvec_q_kernel<K>>(l.device)) * l.sm_count;
+  const int64_t resident =
+      int64_t(resident_ctas<K, matvec_q_kernel<K>>(l.device, false)) * l.sm_count;
   const int grid = int(groups < resident ? groups : resident);
-  matvec_q_kernel<K><<<grid, kThreads, kSmemBytes<K>, l.stream>>>(a);
+  matvec_q_kernel<K><<<grid, kThreads, smem_bytes<K>(false), l.stream>>>(a);
   check(cudaGetLastError(), "matvec_q launch");
 }
 
@@ -326,7 +407,8 @@ template <class K>
 void launch_moe(const MoeQLaunch& l) {
   if (l.n_pairs == 0 || l.n_matrices == 0) return;
   const int64_t groups = (l.max_rows + kCtaRows<K> - 1) / kCtaRows<K>;
-  const int64_t resident = int64_t(resident_ctas<K, moe_q_kernel<K>>(l.device)) * l.sm_count;
+  const bool fused = kActElems<K> != 0 && l.x;
+  const int64_t resident = int64_t(resident_ctas<K, moe_q_kernel<K>>(l.device, fused)) * l.sm_count;
   constexpr int64_t kMaxGridY = 65535;
   for (int64_t first = 0; first < l.n_pairs; first += kMaxGridY) {
     MoeQLaunch part = l;
@@ -335,7 +417,7 @@ void launch_moe(const MoeQLaunch& l) {
     const int64_t per_matrix = resident / (pairs * l.n_matrices);
     const int64_t gx = groups < per_matrix ? groups : per_matrix < 1 ? 1 : per_matrix;
     const dim3 grid(unsigned(gx), unsigned(pairs), unsigned(l.n_matrices));
-    moe_q_kernel<K><<<grid, kThreads, kSmemBytes<K>, l.stream>>>(part);
+    moe_q_kernel<K><<<grid, kThreads, smem_bytes<K>(fused), l.stream>>>(part);
     check(cudaGetLastError(), "moe_q launch");
   }
 }

@@ -181,9 +181,10 @@ void launch_moe_experts_by_pair(const DeviceContext& ctx, const ExpertEntry* tab
                                 int n_gate_up_types, quant::Type down_type, int64_t max_ff,
                                 const MoeBuffers& buf, Tensor y);
 // launch_moe_expert_outputs by the integer mat-vec (launch.h's launch_moe_q), for tables whose
-// gate/up and down types all have one (cuda::has_matvec_q) and x rows 16-byte aligned: x quantized
-// to bytes once per layout, gate and up of every listed pair, the hidden rows quantized to bytes
-// for down, down of every listed pair into its out row. Each pair's dots are bitwise the CPU's
+// gate/up and down types all have one (cuda::has_matvec_q) and x rows 16-byte aligned: gate and
+// up of every listed pair, the hidden rows, down of every listed pair into its out row. The
+// kernels quantize x and the hidden rows themselves (up to kMaxFusedActCols wide; wider ones are
+// quantized to bytes once beforehand). Each pair's dots are bitwise the CPU's
 // dot_ref, whatever the window: a T-row window equals T one-row windows. buf.out is not used.
 void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* table,
                                  int64_t n_experts, const int32_t* expert_ids, int64_t top_k,

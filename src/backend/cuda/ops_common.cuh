@@ -35,9 +35,16 @@ __device__ __forceinline__ float half_warp_dot(const float* __restrict__ a,
                                                const float* __restrict__ b, int64_t n) {
   const int l = threadIdx.x & 15;
   float acc = 0.0f;
-  // Unrolled so the loads run ahead of the chain (the chain's order is unchanged).
-#pragma unroll 8
-  for (int64_t i = l; i < n; i += 16) acc = __fmaf_rn(a[i], b[i], acc);
+  // Eight elements' loads at a time ahead of their links of the chain (the order is unchanged).
+  int64_t i = l;
+  for (; i + 7 * 16 < n; i += 8 * 16) {
+    float av[8], bv[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) av[k] = a[i + 16 * k], bv[k] = b[i + 16 * k];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc = __fmaf_rn(av[k], bv[k], acc);
+  }
+  for (; i < n; i += 16) acc = __fmaf_rn(a[i], b[i], acc);
   acc = __fadd_rn(acc, __shfl_xor_sync(kFullMask, acc, 8));
   acc = __fadd_rn(acc, __shfl_xor_sync(kFullMask, acc, 4));
   acc = __fadd_rn(acc, __shfl_xor_sync(kFullMask, acc, 2));

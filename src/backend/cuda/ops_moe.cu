@@ -32,6 +32,9 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kGroupThreads = 1024;
+// Lists up to this long (decode windows) have each CTA quantize its pair's activation itself;
+// longer ones (prefill) quantize every row once beforehand, since each row's CTAs would repeat it.
+constexpr int64_t kMoeFusedActMaxPairs = 64;
 
 __device__ __forceinline__ int32_t pair_of(const int32_t* listed, int64_t i) {
   return listed ? listed[i] : int32_t(i);
@@ -298,6 +301,7 @@ __global__ void __launch_bounds__(32)
   sum = __shfl_sync(kFullMask, sum, 0);
 #pragma unroll 16
   for (int i = lane; i < n; i += 32) p[i] = __fdiv_rn(p[i], sum);
+  __syncwarp();  // lane 0 reads the winners' probabilities, written by their own lanes
   uint32_t mine_key;
   int mine;
   lane_best(p, n, 0, -1, mine_key, mine);
@@ -424,7 +428,9 @@ void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* ta
   l.device = ctx.index;
   l.sm_count = ctx.sm_count;
   l.stream = ctx.stream;
-  // x as bytes in each layout gate/up read (x itself for fp32).
+  // x as bytes in each layout gate/up read (x itself for fp32), unless the kernels quantize it.
+  const bool fused_x = x.cols <= kMaxFusedActCols && n_listed <= kMoeFusedActMaxPairs;
+  if (fused_x) l.x = x.data, l.x_stride = x.stride;
   for (int a = 0; a < 3; ++a) {
     if (!buf.x_act[a]) continue;
     if (a == int(ActQuant::None)) {
@@ -432,6 +438,7 @@ void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* ta
       l.act_stride[a] = size_t(buf.x_act_stride[a]) * sizeof(float);
       continue;
     }
+    if (fused_x) continue;
     const quant::ActFormat f =
         a == int(ActQuant::Q8_K) ? quant::ActFormat::Q8_K : quant::ActFormat::Q8_0;
     l.act_stride[a] = quantized_act_stride(f, x.cols);
@@ -452,8 +459,10 @@ void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* ta
   moe_hidden_kernel<<<unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)), kThreads, 0,
                       ctx.stream>>>(table, n_experts, expert_ids, listed, n_listed, buf, true);
   STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
-  // The hidden rows as bytes in each down layout, the first written over the gate rows (read by
-  // now), a second over the up rows.
+  // The hidden rows as bytes in each down layout (unless the kernels quantize them), the first
+  // written over the gate rows (read by now), a second over the up rows.
+  const bool fused_hidden = max_cols <= kMaxFusedActCols && n_listed <= kMoeFusedActMaxPairs;
+  l.x = fused_hidden ? buf.hidden : nullptr, l.x_stride = buf.ff_stride;
   l.act[0] = l.act[1] = l.act[2] = nullptr;
   float* free_rows[2] = {buf.gate, buf.up};
   int n_free = 0;
@@ -466,6 +475,7 @@ void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* ta
       l.act_stride[a] = size_t(buf.ff_stride) * sizeof(float);
       continue;
     }
+    if (fused_hidden) continue;
     l.act_stride[a] = quantized_act_stride(f, max_cols);
     launch_quantize_act(f, buf.hidden, max_cols, int(n_listed), free_rows[n_free],
                         l.act_stride[a], ctx.limits, ctx.stream, buf.ff_stride);

@@ -16,6 +16,7 @@ constexpr int kHalvesPerBlock = kThreads / 16;
 // Groups from this wide take a block each (rms_norm_wide_kernel), up to what shared memory holds.
 constexpr int64_t kWideGroup = 1024;
 constexpr int64_t kWideGroupMax = 8 * 1024;
+constexpr int kBatch = 8;  // loads a thread of rms_norm_wide_kernel issues together
 
 // Runs fn(r, g, valid) for every group g of every row r, one half-warp each. Both halves of a warp
 // always run fn together (the dot's shuffles need all 32 lanes); `valid` is false for the idle half
@@ -61,9 +62,15 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t u = blockIdx.x; u < rows * n_groups; u += gridDim.x) {
     const int64_t r = u / n_groups, g = u % n_groups;
     const float* xg = x + r * x_stride + g * group;
-    // Unrolled loops: a thread's loads are in flight together (a lone block hides no latency).
-#pragma unroll 8
-    for (int64_t i = threadIdx.x; i < group; i += blockDim.x) xs[i] = xg[i];
+    // A thread's loads are issued together, kBatch at a time (a lone block hides no latency).
+    for (int64_t i0 = threadIdx.x; i0 < group; i0 += kBatch * kThreads) {
+      float v[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) v[k] = i0 + k * kThreads < group ? xg[i0 + k * kThreads] : 0.0f;
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k)
+        if (i0 + k * kThreads < group) xs[i0 + k * kThreads] = v[k];
+    }
     __syncthreads();
     if (threadIdx.x < 32) {  // both halves of warp 0 compute the same sum
       const float ss = half_warp_dot(xs, xs, group);
@@ -73,10 +80,18 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const float s = scale;
     float* yg = y + r * y_stride + g * group;
-#pragma unroll 8
-    for (int64_t i = threadIdx.x; i < group; i += blockDim.x) {
-      const float v = __fmul_rn(xs[i], s);
-      yg[i] = w ? __fmul_rn(v, w[i]) : v;
+    for (int64_t i0 = threadIdx.x; i0 < group; i0 += kBatch * kThreads) {
+      float wv[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k)
+        wv[k] = w && i0 + k * kThreads < group ? w[i0 + k * kThreads] : 1.0f;
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int64_t i = i0 + k * kThreads;
+        if (i >= group) break;
+        const float v = __fmul_rn(xs[i], s);
+        yg[i] = w ? __fmul_rn(v, wv[k]) : v;
+      }
     }
     __syncthreads();  // xs and scale are read before the next group writes them
   }
