@@ -9,7 +9,7 @@
 #
 # The window is found by launch count: a 16-token prompt (one eager window), one eager and one
 # captured decode window, then replays; --launch-skip lands in the replays and --launch-count
-# covers about one window (KERNELS, default 1968: the kernels per token bench reports).
+# covers one window (KERNELS, default: the kernels per token the plain bench reports).
 set -uo pipefail
 
 bundle=$(cd "$(dirname "$0")" && pwd)
@@ -23,8 +23,10 @@ model=${MODEL:-/tmp/next80b.gguf}
   -o "$model" >"$out/synth.log" 2>&1 || { echo "synth failed"; tail -n 5 "$out/synth.log"; exit 1; }
 "$strata" bench -m "$model" --device cuda --prompt-tokens 512 --gen-tokens 128 >"$out/bench.json" 2>/dev/null
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('prefill', j['prefill']['tok_per_s'], 'decode', j['decode']['tok_per_s'])" "$out/bench.json"
+# One decode window's kernels, as the plain bench counted them (graph_kernels_per_token).
+kernels=${KERNELS:-$(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['decode']['backend']['graph_kernels_per_token']))" "$out/bench.json" 2>/dev/null || echo 1968)}
 timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 6000 \
-  --launch-count "${KERNELS:-1968}" --csv "$strata" bench -m "$model" --device cuda --prompt-tokens 16 \
+  --launch-count "$kernels" --csv "$strata" bench -m "$model" --device cuda --prompt-tokens 16 \
   --batch 16 --gen-tokens 8 >"$out/ncu.csv" 2>"$out/ncu.err"
 echo "ncu rc $?"
 python3 - "$out/ncu.csv" <<'PY'
