@@ -66,7 +66,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t i0 = threadIdx.x; i0 < group; i0 += kBatch * kThreads) {
       float v[kBatch];
 #pragma unroll
-      for (int k = 0; k < kBatch; ++k) v[k] = i0 + k * kThreads < group ? xg[i0 + k * kThreads] : 0.0f;
+      for (int k = 0; k < kBatch; ++k)
+        v[k] = i0 + k * kThreads < group ? xg[i0 + k * kThreads] : 0.0f;
 #pragma unroll
       for (int k = 0; k < kBatch; ++k)
         if (i0 + k * kThreads < group) xs[i0 + k * kThreads] = v[k];
