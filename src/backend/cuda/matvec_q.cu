@@ -8,18 +8,6 @@
 
 namespace strata::cuda {
 
-bool has_matvec_q(quant::Type t) {
-  switch (t) {
-    case quant::Type::Q8_0:
-    case quant::Type::Q4_K:
-    case quant::Type::IQ2_XS:
-    case quant::Type::FP8_E4M3:
-      return true;
-    default:
-      return false;
-  }
-}
-
 size_t quantized_act_stride(quant::ActFormat f, int64_t cols) {
   return (quant::act_bytes(f, cols) + 15) / 16 * 16;
 }
@@ -37,35 +25,47 @@ void launch_moe_q_iq2_xs(const MoeQLaunch& l);
 void launch_moe_q_fp8(const MoeQLaunch& l);
 }  // namespace mvq
 
-void launch_matvec_q(quant::Type t, const MatvecQLaunch& l) {
+namespace {
+
+// A weight format's integer kernels.
+struct IntegerKernels {
+  void (*matvec)(const MatvecQLaunch&);
+  void (*moe)(const MoeQLaunch&);
+};
+
+// Null where the format has none.
+const IntegerKernels* integer_kernels(quant::Type t) {
+  static constexpr IntegerKernels kQ8_0{mvq::launch_matvec_q_q8_0, mvq::launch_moe_q_q8_0},
+      kQ4_K{mvq::launch_matvec_q_q4_k, mvq::launch_moe_q_q4_k},
+      kIQ2_XS{mvq::launch_matvec_q_iq2_xs, mvq::launch_moe_q_iq2_xs},
+      kFP8{mvq::launch_matvec_q_fp8, mvq::launch_moe_q_fp8};
   switch (t) {
     case quant::Type::Q8_0:
-      return mvq::launch_matvec_q_q8_0(l);
+      return &kQ8_0;
     case quant::Type::Q4_K:
-      return mvq::launch_matvec_q_q4_k(l);
+      return &kQ4_K;
     case quant::Type::IQ2_XS:
-      return mvq::launch_matvec_q_iq2_xs(l);
+      return &kIQ2_XS;
     case quant::Type::FP8_E4M3:
-      return mvq::launch_matvec_q_fp8(l);
+      return &kFP8;
     default:
-      fail("CUDA matvec_q: no integer kernel for ", quant::type_name(t));
+      return nullptr;
   }
 }
 
-void launch_moe_q(const MoeQLaunch& l) {
-  switch (l.type) {
-    case quant::Type::Q8_0:
-      return mvq::launch_moe_q_q8_0(l);
-    case quant::Type::Q4_K:
-      return mvq::launch_moe_q_q4_k(l);
-    case quant::Type::IQ2_XS:
-      return mvq::launch_moe_q_iq2_xs(l);
-    case quant::Type::FP8_E4M3:
-      return mvq::launch_moe_q_fp8(l);
-    default:
-      fail("CUDA moe_q: no integer kernel for ", quant::type_name(l.type));
-  }
+const IntegerKernels& integer_kernels_or_fail(const char* op, quant::Type t) {
+  const IntegerKernels* k = integer_kernels(t);
+  if (!k) fail("CUDA ", op, ": no integer kernel for ", quant::type_name(t));
+  return *k;
 }
+
+}  // namespace
+
+void launch_matvec_q(quant::Type t, const MatvecQLaunch& l) {
+  integer_kernels_or_fail("matvec_q", t).matvec(l);
+}
+
+void launch_moe_q(const MoeQLaunch& l) { integer_kernels_or_fail("moe_q", l.type).moe(l); }
 
 void run_matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
                   const float* x, float* y, int tokens, const MatvecQOptions& options,
@@ -136,4 +136,7 @@ void run_matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows,
 }
 
 }  // namespace detail
+
+bool has_matvec_q(quant::Type t) { return detail::integer_kernels(t) != nullptr; }
+
 }  // namespace strata::cuda
