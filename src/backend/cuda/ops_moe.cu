@@ -450,12 +450,16 @@ void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* ta
   l.act_div = top_k, l.act_at_pair = true, l.y_at_pair = false;
   l.y[0] = buf.gate, l.y[1] = buf.up, l.y_stride = buf.ff_stride;
   l.max_rows = max_ff;
-  for (int i = 0; i < n_gate_up_types; ++i) {
-    l.type = gate_up_types[i];
-    l.block_elems = int(quant::type_info(l.type).block_elems);
-    l.write_zeros = i == 0;
-    launch_moe_q(l);
-  }
+  // One launch per weight type present; the first also zeroes the rows of pairs it cannot route.
+  const auto launch_each_type = [&](const quant::Type* types, int n_types) {
+    for (int i = 0; i < n_types; ++i) {
+      l.type = types[i];
+      l.block_elems = int(quant::type_info(l.type).block_elems);
+      l.write_zeros = i == 0;
+      launch_moe_q(l);
+    }
+  };
+  launch_each_type(gate_up_types, n_gate_up_types);
   moe_hidden_kernel<<<unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)), kThreads, 0,
                       ctx.stream>>>(table, n_experts, expert_ids, listed, n_listed, buf, true);
   STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
@@ -485,12 +489,7 @@ void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* ta
   l.act_div = 1, l.act_at_pair = false, l.y_at_pair = true;
   l.y[0] = out.data, l.y[1] = nullptr, l.y_stride = out.stride;
   l.max_rows = x.cols;
-  for (int i = 0; i < n_down_types; ++i) {
-    l.type = down_types[i];
-    l.block_elems = int(quant::type_info(l.type).block_elems);
-    l.write_zeros = i == 0;
-    launch_moe_q(l);
-  }
+  launch_each_type(down_types, n_down_types);
 }
 
 void launch_route_softmax_topk(const DeviceContext& ctx, const Tensor& logits, int64_t top_k,
