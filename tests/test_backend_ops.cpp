@@ -760,9 +760,10 @@ TEST(CpuOps, GatedDeltaRuleCarriesState) {
     if (one_row) {
       for (int64_t r = 0; r < T; ++r)
         be.gated_delta_rule(qt.rows_view(r, 1), kt.rows_view(r, 1), vt.rows_view(r, 1),
-                            gt.rows_view(r, 1), bt.rows_view(r, 1), st, H, y.rows_view(r, 1));
+                            gt.rows_view(r, 1), bt.rows_view(r, 1), st, H,
+                            HeadRepeat::Interleaved, y.rows_view(r, 1));
     } else {
-      be.gated_delta_rule(qt, kt, vt, gt, bt, st, H, y);
+      be.gated_delta_rule(qt, kt, vt, gt, bt, st, H, HeadRepeat::Interleaved, y);
     }
     return std::vector<Floats>{read(be, y), read(be, st)};
   };
@@ -796,11 +797,12 @@ TEST(CpuOps, GatedDeltaRuleCarriesState) {
 
   Tensor qt = make(be, T, H * dk, q), vt = make(be, T, H * dv, v), gt = make(be, T, H, g),
          st = be.alloc(H * dk, dv), y = be.alloc(T, H * dv);
-  expect_throws_naming([&] { be.gated_delta_rule(qt, qt, vt, gt, gt, st.rows_view(0, 8), H, y); },
+  const HeadRepeat rep = HeadRepeat::Interleaved;
+  expect_throws_naming([&] { be.gated_delta_rule(qt, qt, vt, gt, gt, st.rows_view(0, 8), H, rep, y); },
                        "state");
-  expect_throws_naming([&] { be.gated_delta_rule(qt, qt, vt, gt.cols_view(0, 3), gt, st, H, y); },
+  expect_throws_naming([&] { be.gated_delta_rule(qt, qt, vt, gt.cols_view(0, 3), gt, st, H, rep, y); },
                        "gated_delta_rule");
-  expect_throws_naming([&] { be.gated_delta_rule(qt, qt, vt, gt, gt, st, H, vt); }, "overlap");
+  expect_throws_naming([&] { be.gated_delta_rule(qt, qt, vt, gt, gt, st, H, rep, vt); }, "overlap");
 }
 
 }  // namespace

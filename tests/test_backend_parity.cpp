@@ -422,9 +422,10 @@ TEST_P(Ops, GatedDeltaRuleCarriesState) {
       if (one_row) {
         for (int64_t r = 0; r < T; ++r)
           b.gated_delta_rule(qt.rows_view(r, 1), kt.rows_view(r, 1), vt.rows_view(r, 1),
-                             gt.rows_view(r, 1), bt.rows_view(r, 1), st, H, y.rows_view(r, 1));
+                             gt.rows_view(r, 1), bt.rows_view(r, 1), st, H,
+                             HeadRepeat::Interleaved, y.rows_view(r, 1));
       } else {
-        b.gated_delta_rule(qt, kt, vt, gt, bt, st, H, y);
+        b.gated_delta_rule(qt, kt, vt, gt, bt, st, H, HeadRepeat::Interleaved, y);
       }
       return std::vector<Floats>{read(b, y), read(b, st)};
     };
@@ -436,8 +437,54 @@ TEST_P(Ops, GatedDeltaRuleCarriesState) {
   }
   Tensor qt = be().alloc(2, 64), vt = be().alloc(2, 64), gt = be().alloc(2, 2), st = be().alloc(64, 32),
          y = be().alloc(2, 64);
-  expect_throws_naming([&] { be().gated_delta_rule(qt, qt, vt, gt, gt, st.rows_view(0, 8), 2, y); }, "state");
-  expect_throws_naming([&] { be().gated_delta_rule(qt, qt, vt, gt, gt, st, 2, vt); }, "overlap");
+  const HeadRepeat rep = HeadRepeat::Interleaved;
+  expect_throws_naming(
+      [&] { be().gated_delta_rule(qt, qt, vt, gt, gt, st.rows_view(0, 8), 2, rep, y); }, "state");
+  expect_throws_naming([&] { be().gated_delta_rule(qt, qt, vt, gt, gt, st, 2, rep, vt); },
+                       "overlap");
+  // q with 3 heads of the state's 32 key dims cannot be shared by 2 value heads.
+  expect_throws_naming(
+      [&] { be().gated_delta_rule(qt.cols_view(0, 48), qt.cols_view(0, 48), vt, gt, gt, st, 2, rep, y); },
+      "q [2 x 48]");
+}
+
+// q and k with fewer heads than the values, shared as repeat_interleave or tile would lay them
+// out: bitwise the op on q and k copied out to every value head (what the model did before).
+TEST_P(Ops, GatedDeltaRuleSharesQkHeads) {
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t T = pick(rng, 1, 6), Hk = pick(rng, 1, 3), r = pick(rng, 2, 3), H = Hk * r,
+                  dk = draw == 11 ? 128 : draw == 12 ? 64 : 16 * pick(rng, 1, 4),
+                  dv = 16 * pick(rng, 1, 4);
+    SCOPED_TRACE(::testing::Message() << "T " << T << " Hk " << Hk << " H " << H << " dk " << dk);
+    const Floats q = normal_floats(size_t(T * Hk * dk), draw, 0.2f),
+                 k = normal_floats(size_t(T * Hk * dk), draw + 1, 0.2f),
+                 v = normal_floats(size_t(T * H * dv), draw + 2), s0 = normal_floats(size_t(H * dk * dv), draw + 3, 0.1f);
+    Floats g(size_t(T * H)), beta(size_t(T * H));
+    for (int64_t i = 0; i < T * H; ++i) g[size_t(i)] = -rng.uniform(0.0f, 1.0f), beta[size_t(i)] = rng.uniform(0.0f, 1.0f);
+    for (HeadRepeat repeat : {HeadRepeat::Interleaved, HeadRepeat::Tiled}) {
+      const QkHeadMap map = qk_head_map(repeat, H, Hk);
+      auto expand = [&](const Floats& x) {  // [T, Hk*dk] -> [T, H*dk]
+        Floats out(size_t(T * H * dk));
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t h = 0; h < H; ++h)
+            std::copy_n(x.begin() + (t * Hk + h / map.div % map.mod) * dk, dk,
+                        out.begin() + (t * H + h) * dk);
+        return out;
+      };
+      auto run = [&](const Floats& qq, const Floats& kk) {
+        const int64_t qk = int64_t(qq.size()) / (T * dk);
+        Tensor qt = make(be(), T, qk * dk, qq), kt = make(be(), T, qk * dk, kk),
+               vt = make(be(), T, H * dv, v), gt = make(be(), T, H, g), bt = make(be(), T, H, beta),
+               st = make(be(), H * dk, dv, s0), y = be().alloc(T, H * dv);
+        be().gated_delta_rule(qt, kt, vt, gt, bt, st, H, repeat, y);
+        return std::vector<Floats>{read(be(), y), read(be(), st)};
+      };
+      const std::vector<Floats> shared = run(q, k), copied = run(expand(q), expand(k));
+      expect_bitwise(shared[0], copied[0], "delta rule with shared q/k heads: output");
+      expect_bitwise(shared[1], copied[1], "delta rule with shared q/k heads: state");
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Ops, ::testing::ValuesIn(backend_names()),

@@ -64,6 +64,20 @@ struct ExpertWeights {
   Weight down;  // [n_embd rows, n_ff_exp cols]
 };
 
+// How value head h of the delta rule reads a q/k with fewer heads (qk of them, r = n_heads / qk):
+// Interleaved: head h / r (torch's repeat_interleave, Qwen3-Next); Tiled: head h % qk (a tile of
+// the qk heads per r, Qwen3.5-MoE and qwen4exp).
+enum class HeadRepeat { Interleaved, Tiled };
+
+// The q/k head value head h reads: (h / div) % mod.
+struct QkHeadMap {
+  int64_t div, mod;
+};
+inline QkHeadMap qk_head_map(HeadRepeat repeat, int64_t n_heads, int64_t qk_heads) {
+  return repeat == HeadRepeat::Interleaved ? QkHeadMap{n_heads / qk_heads, qk_heads}
+                                           : QkHeadMap{1, qk_heads};
+}
+
 // The routed choice of a window, on the host: per row the experts in rank order (best first) and
 // their mixing weights. The forward pass keeps routing in backend memory (Ids + Tensor); the host
 // sees it only where it decides something (the expert cache, traces, cache-conditional routing).
@@ -232,11 +246,13 @@ class Backend {
   // previous (kernel-1)*dilation rows and y[t, c] = silu(sum_j w[c, j] * x_{t-(kernel-1-j)*dilation}[c]).
   virtual void conv1d_dilated_silu(const Tensor& x, Tensor state, const Weight& w, int64_t dilation,
                                    Tensor y) = 0;
-  // Gated delta rule, one token after another, per value head (q and k already expanded to
-  // the value heads). state: [n_heads * dk, dv] rows of S; g: log decay; beta: write strength.
+  // Gated delta rule, one token after another, per value head. state: [n_heads * dk, dv] rows of
+  // S; g: log decay; beta: write strength. q and k have n_heads heads of dk, or fewer (qk_heads
+  // dividing n_heads) that the value heads share as `repeat` says, so they are never copied out
+  // to the value heads.
   virtual void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& g, const Tensor& beta, Tensor state, int64_t n_heads,
-                                Tensor y) = 0;
+                                HeadRepeat repeat, Tensor y) = 0;
   // The delta rule's log decay: g[t, h] = ssm_a[h] * softplus(a[t, h] + dt_bias[h]), softplus(z)
   // = z > 20 ? z : log1p(exp(z)) (torch's threshold); ssm_a and dt_bias F32 [n_heads].
   virtual void ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a,

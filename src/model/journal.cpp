@@ -65,9 +65,12 @@ void Journal::conv(Tensor state, const Tensor& x, const Weight& w, int64_t dilat
 }
 
 void Journal::delta_rule(Tensor state, const Tensor& q, const Tensor& k, const Tensor& v,
-                         const Tensor& g, const Tensor& beta, int64_t n_heads) {
+                         const Tensor& g, const Tensor& beta, int64_t n_heads,
+                         backend::HeadRepeat repeat) {
   const Tensor* in[] = {&q, &k, &v, &g, &beta};
-  next_entry(Op::DeltaRule, state, in).n_heads = n_heads;
+  Entry& e = next_entry(Op::DeltaRule, state, in);
+  e.n_heads = n_heads;
+  e.repeat = repeat;
 }
 
 void Journal::replay(Entry& e, int64_t keep) {
@@ -83,7 +86,8 @@ void Journal::replay(Entry& e, int64_t keep) {
     return;
   }
   Tensor y = be_.alloc(keep, e.inputs[2].cols);
-  be_.gated_delta_rule(rows(0), rows(1), rows(2), rows(3), rows(4), e.state, e.n_heads, y);
+  be_.gated_delta_rule(rows(0), rows(1), rows(2), rows(3), rows(4), e.state, e.n_heads, e.repeat,
+                       y);
   be_.release(y);
 }
 

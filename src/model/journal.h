@@ -37,7 +37,7 @@ class Journal {
   // the op's own).
   void conv(Tensor state, const Tensor& x, const Weight& w, int64_t dilation);
   void delta_rule(Tensor state, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                  const Tensor& beta, int64_t n_heads);
+                  const Tensor& beta, int64_t n_heads, backend::HeadRepeat repeat);
 
   // Brings `state` (the one begin() saw) to hold the window's first `keep` rows only,
   // 1 <= keep <= the window's rows. Throws strata::Error for another state or a bad keep.
@@ -59,6 +59,7 @@ class Journal {
     std::vector<Tensor> inputs;  // owned: the op's inputs, window rows first
     Weight w;
     int64_t dilation = 1, n_heads = 0;
+    backend::HeadRepeat repeat = backend::HeadRepeat::Interleaved;
   };
   Entry& next_entry(Op op, Tensor state, std::span<const Tensor* const> inputs);
   void replay(Entry& e, int64_t keep);

@@ -44,28 +44,6 @@ void beta_alpha_projection(Window& w, const LayerWeights& L, const Tensor& x, Te
   w.be.split_groups(ba, gk, widths, parts);  // fix_query_key_value_ordering: b, a
 }
 
-// q or k [T, Gk*S] repeated to the Gv value heads in the file's value-head order.
-Tensor repeat_to_value_heads(Window& w, const Tensor& x) {
-  const int64_t gk = w.c.ssm_groups, s = w.c.ssm_state, r = w.c.ssm_v_heads / gk;
-  if (r == 1) return x;
-  Tensor y = w.tmp(w.T, r * gk * s);
-  if (w.c.arch != Arch::Qwen3Next) {
-    for (int64_t j = 0; j < r; ++j)
-      w.be.copy(x, y.cols_view(j * gk * s, gk * s));  // tiled: slot j*Gk + g reads k head g
-    return y;
-  }
-  // repeat_interleave(r, dim=2): head g*r + j reads k head g. Seen as T*Gk rows of one head each,
-  // x is read r times, each copy writing every r-th head of y: r copies, not r*Gk.
-  Tensor heads = x;
-  if (x.stride != x.cols) {
-    heads = w.tmp(w.T, gk * s);
-    w.be.copy(x, heads);
-  }
-  const Tensor per_head{heads.data, w.T * gk, s, s};
-  for (int64_t j = 0; j < r; ++j) w.be.copy(per_head, Tensor{y.data + j * s, w.T * gk, s, r * s});
-  return y;
-}
-
 }  // namespace
 
 GatedQuery gated_query(Window& w, int64_t il, const Tensor& x) {
@@ -132,9 +110,12 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   be.scale(qn, 1.0f / std::sqrt(float(s)), qn);
   be.l2_norm(k, s, 1e-6f, kn);
   Tensor core = w.tmp(w.T, vd);
-  const Tensor qr = repeat_to_value_heads(w, qn), kr = repeat_to_value_heads(w, kn);
-  if (w.journal) w.journal->delta_rule(st.ssm, qr, kr, v, g, beta, gv);
-  be.gated_delta_rule(qr, kr, v, g, beta, st.ssm, gv, core);
+  // q and k stay at their Gk heads: the op reads head g of value head h as the reference's
+  // repeat_interleave (Qwen3-Next) or tile (the others) would have put it there.
+  const backend::HeadRepeat repeat =
+      c.arch == Arch::Qwen3Next ? backend::HeadRepeat::Interleaved : backend::HeadRepeat::Tiled;
+  if (w.journal) w.journal->delta_rule(st.ssm, qn, kn, v, g, beta, gv, repeat);
+  be.gated_delta_rule(qn, kn, v, g, beta, st.ssm, gv, repeat, core);
   w.dump("gdn_core", il, core);
   be.rms_norm(core, &L.ssm_norm, s, float(c.rms_eps), core);  // self.norm(core_attn_out, z) ...
   if (c.arch == Arch::Qwen4Exp)

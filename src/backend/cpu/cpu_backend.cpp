@@ -201,8 +201,8 @@ void CpuBackend::conv1d_dilated_silu(const Tensor& x, Tensor state, const Weight
 }
 void CpuBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& g, const Tensor& beta, Tensor state,
-                                  int64_t n_heads, Tensor y) {
-  cpu::gated_delta_rule(pool_, q, k, v, g, beta, state, n_heads, y);
+                                  int64_t n_heads, HeadRepeat repeat, Tensor y) {
+  cpu::gated_delta_rule(pool_, q, k, v, g, beta, state, n_heads, repeat, y);
 }
 void CpuBackend::ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a,
                           Tensor g) {

@@ -58,9 +58,9 @@ void conv1d_silu(ThreadPool& pool, const Tensor& x, Tensor state, const Weight& 
   });
 }
 
-void gated_delta_rule(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
-                      const Tensor& g, const Tensor& beta, Tensor state, int64_t n_heads,
-                      Tensor y) {
+backend::QkHeadMap check_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& g, const Tensor& beta, const Tensor& state,
+                                    int64_t n_heads, backend::HeadRepeat repeat, const Tensor& y) {
   constexpr const char* op = "gated_delta_rule";
   check_tensor(op, "q", q);
   check_tensor(op, "k", k);
@@ -69,28 +69,41 @@ void gated_delta_rule(ThreadPool& pool, const Tensor& q, const Tensor& k, const 
   check_tensor(op, "beta", beta);
   check_tensor(op, "state", state);
   check_tensor(op, "y", y);
-  require(n_heads > 0 && q.cols % n_heads == 0 && v.cols % n_heads == 0, op, "n_heads ", n_heads,
-          " must divide q ", shape(q), " and v ", shape(v));
+  require(n_heads > 0 && state.rows % n_heads == 0 && state.rows > 0 && v.cols % n_heads == 0, op,
+          "n_heads ", n_heads, " must divide the state ", shape(state), " and v ", shape(v));
+  const int64_t dk = state.rows / n_heads, dv = v.cols / n_heads;
+  require(state.cols == dv && state.stride == dv, op, "state ", shape(state),
+          " should be a contiguous [", n_heads * dk, " x ", dv, "]");
+  require(q.cols % dk == 0 && q.cols > 0 && n_heads % (q.cols / dk) == 0, op, "q ", shape(q),
+          " does not fit the state ", shape(state), ": with ", n_heads, " value heads of ", dk,
+          " key dims, q needs a whole number of ", dk, "-wide heads dividing ", n_heads);
   check_same_shape(op, "q", q, "k", k);
   check_same_shape(op, "v", v, "y", y);
   const int64_t T = q.rows;
-  const int64_t dk = q.cols / n_heads;
-  const int64_t dv = v.cols / n_heads;
   require(v.rows == T && g.rows == T && beta.rows == T, op, "q, v, g and beta differ in rows (", T,
           ", ", v.rows, ", ", g.rows, ", ", beta.rows, ")");
   require(g.cols == n_heads && beta.cols == n_heads, op, "g ", shape(g), " and beta ", shape(beta),
           " should have one column per head (", n_heads, ")");
-  require(state.rows == n_heads * dk && state.cols == dv && state.stride == dv, op, "state ",
-          shape(state), " should be a contiguous [", n_heads * dk, " x ", dv, "]");
   for (const Tensor* in : std::initializer_list<const Tensor*>{&q, &k, &v, &g, &beta, &state})
     require(!overlaps(*in, y), op, "y overlaps an input");
+  return backend::qk_head_map(repeat, n_heads, q.cols / dk);
+}
+
+void gated_delta_rule(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
+                      const Tensor& g, const Tensor& beta, Tensor state, int64_t n_heads,
+                      backend::HeadRepeat repeat, Tensor y) {
+  const backend::QkHeadMap map = check_delta_rule(q, k, v, g, beta, state, n_heads, repeat, y);
+  const int64_t T = q.rows;
+  const int64_t dk = state.rows / n_heads;
+  const int64_t dv = v.cols / n_heads;
 
   const VecKernels& vk = vec();
   for_tasks(pool, n_heads, T * dk * dv * 4, [&](int64_t h) {
     std::vector<float> scratch(static_cast<size_t>(dv));
     float* S = state.data + h * dk * dv;
+    const int64_t hk = h / map.div % map.mod;
     for (int64_t t = 0; t < T; ++t) {
-      vk.delta_rule_step(S, q.data + t * q.stride + h * dk, k.data + t * k.stride + h * dk,
+      vk.delta_rule_step(S, q.data + t * q.stride + hk * dk, k.data + t * k.stride + hk * dk,
                          v.data + t * v.stride + h * dv, std::exp(g.data[t * g.stride + h]),
                          beta.data[t * beta.stride + h], dk, dv, scratch.data(),
                          y.data + t * y.stride + h * dv);

@@ -223,7 +223,8 @@ class CudaBackend : public Backend {
   void conv1d_dilated_silu(const Tensor& x, Tensor state, const Weight& w, int64_t dilation,
                            Tensor y) override;
   void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                        const Tensor& beta, Tensor state, int64_t n_heads, Tensor y) override;
+                        const Tensor& beta, Tensor state, int64_t n_heads,
+                        backend::HeadRepeat repeat, Tensor y) override;
   void ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a, Tensor g) override;
   void route_softmax_topk(const Tensor& logits, bool renormalize, Ids experts,
                           Tensor weights) override;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cpu/ops_ssm.h"
 #include "backend/cuda/cuda_backend_impl.h"
 
 namespace strata::backend {
@@ -345,33 +346,15 @@ void CudaBackend::conv1d_dilated_silu(const Tensor& x, Tensor state, const Weigh
 
 void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& g, const Tensor& beta, Tensor state,
-                                   int64_t n_heads, Tensor y) {
+                                   int64_t n_heads, HeadRepeat repeat, Tensor y) {
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
   constexpr const char* op = "gated_delta_rule";
-  check_tensor(op, "q", q);
-  check_tensor(op, "k", k);
-  check_tensor(op, "v", v);
-  check_tensor(op, "g", g);
-  check_tensor(op, "beta", beta);
-  check_tensor(op, "state", state);
-  check_tensor(op, "y", y);
-  require(n_heads > 0 && q.cols % n_heads == 0 && v.cols % n_heads == 0, op, "n_heads ", n_heads,
-          " must divide q ", shape(q), " and v ", shape(v));
-  check_same_shape(op, "q", q, "k", k);
-  check_same_shape(op, "v", v, "y", y);
-  const int64_t T = q.rows, dk = q.cols / n_heads, dv = v.cols / n_heads;
-  require(v.rows == T && g.rows == T && beta.rows == T, op, "q, v, g and beta differ in rows (", T,
-          ", ", v.rows, ", ", g.rows, ", ", beta.rows, ")");
-  require(g.cols == n_heads && beta.cols == n_heads, op, "g ", shape(g), " and beta ", shape(beta),
-          " should have one column per head (", n_heads, ")");
-  require(state.rows == n_heads * dk && state.cols == dv && state.stride == dv, op, "state ",
-          shape(state), " should be a contiguous [", n_heads * dk, " x ", dv, "]");
-  for (const Tensor* in : std::initializer_list<const Tensor*>{&q, &k, &v, &g, &beta, &state})
-    require(!overlaps(*in, y), op, "y overlaps an input");
+  const QkHeadMap map = cpu::check_delta_rule(q, k, v, g, beta, state, n_heads, repeat, y);
   for (const Tensor* in : std::initializer_list<const Tensor*>{&q, &k, &v, &g, &beta})
     require(!overlaps(*in, state), op, "the state overlaps an input");
-  detail::launch_gated_delta_rule(impl_->ctx, q, k, v, g, beta, state, n_heads, y);
+  detail::launch_gated_delta_rule(impl_->ctx, q, k, v, g, beta, state, n_heads, map.div, map.mod,
+                                  y);
 }
 
 void CudaBackend::ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a, Tensor g) {

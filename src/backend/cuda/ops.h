@@ -112,9 +112,10 @@ void launch_qsa_select(const DeviceContext& ctx, const Tensor& scores, const int
 // w: [C, K] contiguous; state [(K-1)*dilation, C].
 void launch_conv1d_silu(const DeviceContext& ctx, const Tensor& x, Tensor state, const float* w,
                         int64_t kernel, int64_t dilation, Tensor y);
+// Value head h reads q/k head (h / qk_div) % qk_mod (backend::qk_head_map).
 void launch_gated_delta_rule(const DeviceContext& ctx, const Tensor& q, const Tensor& k,
                              const Tensor& v, const Tensor& g, const Tensor& beta, Tensor state,
-                             int64_t n_heads, Tensor y);
+                             int64_t n_heads, int64_t qk_div, int64_t qk_mod, Tensor y);
 void launch_ssm_decay(const DeviceContext& ctx, const Tensor& a, const float* dt_bias,
                       const float* ssm_a, Tensor g);
 

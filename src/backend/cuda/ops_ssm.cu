@@ -36,25 +36,27 @@ __global__ void conv1d_silu_kernel(const float* __restrict__ x, int64_t x_stride
   }
 }
 
-// Thread (h, j): column j of head h's state S[i][j], i < dk, at state rows h*dk + i.
+// Thread (h, j): column j of head h's state S[i][j], i < dk, at state rows h*dk + i. Value head h
+// reads q/k head (h / qk_div) % qk_mod.
 __global__ void gated_delta_rule_kernel(const float* __restrict__ q, int64_t q_stride,
                                         const float* __restrict__ k, int64_t k_stride,
                                         const float* __restrict__ v, int64_t v_stride,
                                         const float* __restrict__ g, int64_t g_stride,
                                         const float* __restrict__ beta, int64_t b_stride,
                                         float* __restrict__ state, int64_t T, int64_t n_heads,
-                                        int64_t dk, int64_t dv, float* __restrict__ y,
-                                        int64_t y_stride) {
+                                        int64_t qk_div, int64_t qk_mod, int64_t dk, int64_t dv,
+                                        float* __restrict__ y, int64_t y_stride) {
   const int64_t n = n_heads * dv;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += int64_t(gridDim.x) * blockDim.x) {
     const int64_t h = u / dv, j = u % dv;
+    const int64_t hk = h / qk_div % qk_mod;
     float* S = state + h * dk * dv + j;  // S[i][j] at S[i * dv]
     for (int64_t t = 0; t < T; ++t) {
       const float decay = expf(g[t * g_stride + h]);
       const float bt = beta[t * b_stride + h];
-      const float* kt = k + t * k_stride + h * dk;
-      const float* qt = q + t * q_stride + h * dk;
+      const float* kt = k + t * k_stride + hk * dk;
+      const float* qt = q + t * q_stride + hk * dk;
       float kv = 0.0f;
       for (int64_t i = 0; i < dk; ++i) {
         const float sij = __fmul_rn(S[i * dv], decay);
@@ -84,11 +86,13 @@ __global__ void __launch_bounds__(kThreads)
                                    const float* __restrict__ g, int64_t g_stride,
                                    const float* __restrict__ beta, int64_t b_stride,
                                    float* __restrict__ state, int64_t T, int64_t n_heads,
-                                   int64_t dv, float* __restrict__ y, int64_t y_stride) {
+                                   int64_t qk_div, int64_t qk_mod, int64_t dv,
+                                   float* __restrict__ y, int64_t y_stride) {
   const int64_t n = n_heads * dv;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += int64_t(gridDim.x) * blockDim.x) {
     const int64_t h = u / dv, j = u % dv;
+    const int64_t hk = h / qk_div % qk_mod;
     float* S = state + h * kDK * dv + j;
     float col[kDK];
 #pragma unroll
@@ -96,8 +100,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t t = 0; t < T; ++t) {
       const float decay = expf(g[t * g_stride + h]);
       const float bt = beta[t * b_stride + h];
-      const float* kt = k + t * k_stride + h * kDK;
-      const float* qt = q + t * q_stride + h * kDK;
+      const float* kt = k + t * k_stride + hk * kDK;
+      const float* qt = q + t * q_stride + hk * kDK;
       float kv = 0.0f;
 #pragma unroll
       for (int i = 0; i < kDK; ++i) {
@@ -146,21 +150,22 @@ void launch_conv1d_silu(const DeviceContext& ctx, const Tensor& x, Tensor state,
 
 void launch_gated_delta_rule(const DeviceContext& ctx, const Tensor& q, const Tensor& k,
                              const Tensor& v, const Tensor& g, const Tensor& beta, Tensor state,
-                             int64_t n_heads, Tensor y) {
-  const int64_t dk = q.cols / n_heads, dv = v.cols / n_heads;
+                             int64_t n_heads, int64_t qk_div, int64_t qk_mod, Tensor y) {
+  const int64_t dk = state.rows / n_heads, dv = v.cols / n_heads;
   if (q.rows == 0 || dv == 0) return;
   const int grid = grid_for(n_heads * dv, kThreads, ctx.limits.max_blocks);
   const auto columns = [&](auto kernel) {
     kernel<<<grid, kThreads, 0, ctx.stream>>>(q.data, q.stride, k.data, k.stride, v.data, v.stride,
                                               g.data, g.stride, beta.data, beta.stride, state.data,
-                                              q.rows, n_heads, dv, y.data, y.stride);
+                                              q.rows, n_heads, qk_div, qk_mod, dv, y.data,
+                                              y.stride);
     STRATA_CUDA_CHECK_LAUNCH("gated_delta_rule_column_kernel");
   };
   if (dk == 128) return columns(gated_delta_rule_column_kernel<128>);
   if (dk == 64) return columns(gated_delta_rule_column_kernel<64>);
-  gated_delta_rule_kernel<<<grid, kThreads, 0, ctx.stream>>>(q.data, q.stride, k.data, k.stride, v.data, v.stride,
-                                          g.data, g.stride, beta.data, beta.stride, state.data,
-                                          q.rows, n_heads, dk, dv, y.data, y.stride);
+  gated_delta_rule_kernel<<<grid, kThreads, 0, ctx.stream>>>(
+      q.data, q.stride, k.data, k.stride, v.data, v.stride, g.data, g.stride, beta.data,
+      beta.stride, state.data, q.rows, n_heads, qk_div, qk_mod, dk, dv, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("gated_delta_rule_kernel");
 }
 
