@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/cuda/check.h"
 #include "backend/cpu/ops_ssm.h"
+#include "backend/cuda/check.h"
 #include "backend/cuda/cuda_backend_impl.h"
 
 namespace strata::backend {
