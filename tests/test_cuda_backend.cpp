@@ -63,33 +63,77 @@ TEST(CudaBackend, MatmulIsTheCpuMatmulOrMatvecOfTheQuantizedActivation) {
   CudaBackend be(0);
   CpuBackend cpu(1);
   cuda::Device dev(0);
-  const int64_t T = 11, rows = 70, cols = 1024;
-  for (quant::Type t : {quant::Type::F32, quant::Type::F16, quant::Type::Q8_0, quant::Type::Q4_K,
-                        quant::Type::IQ2_XS, quant::Type::FP8_E4M3}) {
-    SCOPED_TRACE(quant::type_name(t));
-    HostTensor w = random_tensor("w", t, rows, cols, 1, 7 + uint64_t(t));
-    const Floats x = normal_floats(size_t(T * cols), 8);
-    Tensor xt = make(be, T, cols, x), y = be.alloc(T, rows);
-    be.matmul(be.weight(w.info), xt, y);
-    const Floats got = read(be, y);
-    if (cuda::has_matvec_q(t)) {
-      Tensor yc = cpu.alloc(T, rows);
-      cpu.matmul(cpu.weight(w.info), make(cpu, T, cols, x), yc);
-      expect_bitwise(got, read(cpu, yc), "matmul vs the CPU backend");
-      continue;
+  const int64_t rows = 70, cols = 1024;
+  // (one row: the decode path that issues several groups' loads at once)
+  for (int64_t T : {1, 11}) {
+    for (quant::Type t : {quant::Type::F32, quant::Type::F16, quant::Type::Q8_0,
+                          quant::Type::Q4_K, quant::Type::IQ2_XS, quant::Type::FP8_E4M3}) {
+      SCOPED_TRACE(cat(quant::type_name(t), ", ", T, " rows"));
+      HostTensor w = random_tensor("w", t, rows, cols, 1, 7 + uint64_t(t));
+      const Floats x = normal_floats(size_t(T * cols), 8);
+      Tensor xt = make(be, T, cols, x), y = be.alloc(T, rows);
+      be.matmul(be.weight(w.info), xt, y);
+      const Floats got = read(be, y);
+      if (cuda::has_matvec_q(t)) {
+        Tensor yc = cpu.alloc(T, rows);
+        cpu.matmul(cpu.weight(w.info), make(cpu, T, cols, x), yc);
+        expect_bitwise(got, read(cpu, yc), "matmul vs the CPU backend");
+        continue;
+      }
+      cuda::DeviceBuffer wd(w.bytes.size()), xd(x.size() * 4), ad(x.size() * 4),
+          yd(size_t(rows) * 4);
+      dev.upload(wd.data(), w.bytes.data(), w.bytes.size());
+      dev.upload(xd.data(), x.data(), x.size() * 4);
+      dev.act_round_trip(quant::kernels(t).act, xd.as<float>(), ad.as<float>(), T, cols);
+      for (int64_t r = 0; r < T; ++r) {
+        dev.matvec(t, wd.data(), quant::row_bytes(t, cols), rows, cols, ad.as<float>() + r * cols,
+                   yd.as<float>());
+        Floats want(static_cast<size_t>(rows));
+        dev.download(want.data(), yd.data(), want.size() * 4);
+        expect_bitwise(Floats(got.begin() + r * rows, got.begin() + (r + 1) * rows), want,
+                       "row " + std::to_string(r));
+      }
     }
-    cuda::DeviceBuffer wd(w.bytes.size()), xd(x.size() * 4), ad(x.size() * 4), yd(size_t(rows) * 4);
-    dev.upload(wd.data(), w.bytes.data(), w.bytes.size());
-    dev.upload(xd.data(), x.data(), x.size() * 4);
-    dev.act_round_trip(quant::kernels(t).act, xd.as<float>(), ad.as<float>(), T, cols);
-    for (int64_t r = 0; r < T; ++r) {
-      dev.matvec(t, wd.data(), quant::row_bytes(t, cols), rows, cols, ad.as<float>() + r * cols,
-                 yd.as<float>());
-      Floats want(static_cast<size_t>(rows));
-      dev.download(want.data(), yd.data(), want.size() * 4);
-      expect_bitwise(Floats(got.begin() + r * rows, got.begin() + (r + 1) * rows), want,
-                     "row " + std::to_string(r));
-    }
+  }
+}
+
+// Consecutive matmuls of one x quantize it once (CudaBackend keeps the device's quantized copy
+// while only matmuls of that x run): every result must still be the CPU's for x as it is then,
+// after an op, an upload or a matmul of another format wrote or re-quantized it.
+TEST(CudaBackend, MatmulsOfOneActivationShareItsQuantizationUntilXChanges) {
+  REQUIRE_CUDA_DEVICE();
+  CudaBackend be(0);
+  CpuBackend cpu(1);
+  const int64_t rows = 48, cols = 512;
+  const quant::Type types[] = {quant::Type::Q8_0, quant::Type::Q8_0, quant::Type::Q4_K,
+                               quant::Type::FP8_E4M3};
+  std::vector<HostTensor> host;
+  for (size_t i = 0; i < std::size(types); ++i)
+    host.push_back(random_tensor(cat("w", i), types[i], rows, cols, 1, 40 + i));
+  for (int64_t T : {1, 3}) {
+    SCOPED_TRACE(T);
+    const Floats x0 = normal_floats(size_t(T * cols), 9);
+    Tensor xg = make(be, T, cols, x0), xc = make(cpu, T, cols, x0);
+    Tensor yg = be.alloc(T, rows), yc = cpu.alloc(T, rows);
+    int step = 0;
+    const auto expect_matmul = [&](size_t i) {
+      be.matmul(be.weight(host[i].info), xg, yg);
+      cpu.matmul(cpu.weight(host[i].info), xc, yc);
+      expect_bitwise(read(be, yg), read(cpu, yc),
+                     cat("step ", step++, ", ", quant::type_name(types[i])));
+    };
+    for (size_t i : {0, 1, 0, 2, 0}) expect_matmul(i);  // shared, then Q8_K over the scratch
+    be.scale(xg, 2.0f, xg);
+    cpu.scale(xc, 2.0f, xc);
+    expect_matmul(1);
+    const Floats x1 = normal_floats(size_t(T * cols), 10);
+    be.upload(x1.data(), xg);
+    cpu.upload(x1.data(), xc);
+    expect_matmul(1);
+    be.scale(xg, 0.5f, xg);
+    cpu.scale(xc, 0.5f, xc);
+    expect_matmul(3);  // fp32 activation: quantizes nothing, so it must not vouch for x
+    expect_matmul(0);
   }
 }
 

@@ -141,8 +141,15 @@ size_t CudaBackend::device_bytes_used() const { return impl_->upload_bytes; }
 
 void CudaBackend::synchronize() { impl_->device.synchronize(); }
 
-void CudaBackend::begin_window(uint64_t key) { impl_->graphs.begin(key); }
-void CudaBackend::end_window(bool completed) { impl_->graphs.end(completed); }
+void CudaBackend::begin_window(uint64_t key) {
+  impl_->end_matmul_chain();
+  impl_->graphs.begin(key);
+}
+
+void CudaBackend::end_window(bool completed) {
+  impl_->end_matmul_chain();
+  impl_->graphs.end(completed);
+}
 BackendCounters CudaBackend::counters() const { return impl_->graphs.counters(); }
 
 Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {
@@ -153,6 +160,7 @@ Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {
 
 void* CudaBackend::Impl::allocate(const char* op, int64_t rows, int64_t cols, size_t size) {
   const size_t bytes = size_t(rows) * size_t(cols) * size;
+  end_matmul_chain();
   if (void* p = graphs.alloc(bytes)) return p;  // inside a window: its arena, zeroed
   STRATA_CUDA_CHECK(cudaSetDevice(ctx.index));
   void* p = nullptr;
@@ -168,6 +176,7 @@ void* CudaBackend::Impl::allocate(const char* op, int64_t rows, int64_t cols, si
 }
 
 void CudaBackend::Impl::free(const char* op, void* p, const std::string& what) {
+  end_matmul_chain();
   if (graphs.release(p)) return;
   require(allocations.erase(p) == 1, op, what, " was not allocated by this backend (or is a view)");
   STRATA_CUDA_CHECK(cudaFreeAsync(p, ctx.stream));
@@ -178,6 +187,7 @@ void CudaBackend::release(Tensor t) { impl_->free("release", t.data, cat("tensor
 void CudaBackend::upload(const float* host, Tensor dst) {
   check_tensor("upload", "dst", dst);
   if (dst.rows == 0 || dst.cols == 0) return;
+  impl_->end_matmul_chain();
   const size_t width = size_t(dst.cols) * sizeof(float), bytes = width * size_t(dst.rows);
   if (dst.stride == dst.cols && impl_->graphs.upload(dst.data, host, bytes)) return;
   const void* src = impl_->staging.put(host, bytes);  // the host buffer may go once we return
@@ -234,6 +244,7 @@ void CudaBackend::release_ids(Ids t) {
 void CudaBackend::upload_ids(const int32_t* host, Ids dst) {
   check_ids("upload_ids", "dst", dst);
   if (dst.size() == 0) return;
+  impl_->end_matmul_chain();
   const size_t bytes = size_t(dst.size()) * sizeof(int32_t);
   if (impl_->graphs.upload(dst.data, host, bytes)) return;
   STRATA_CUDA_CHECK(cudaMemcpyAsync(dst.data, impl_->staging.put(host, bytes), bytes,

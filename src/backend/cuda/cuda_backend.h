@@ -89,6 +89,9 @@ size_t quantized_act_stride(quant::ActFormat f, int64_t cols);
 struct MatvecQOptions {
   int rows_per_warp = 0;  // 4 or 8 (one activation); 0: the default, 4
   int grid_copies = 0;    // IQ2_XS codebook copies in shared memory: 1, 8 or 32; 0: the default, 1
+  // The caller vouches that x holds what it held when the device last quantized it: if that last
+  // quantization was of this x (address, columns, activations, format), its copy is reused.
+  bool x_unchanged = false;
 };
 
 // One GPU: its stream and the decoder tables (i-quant codebooks) resident on it.

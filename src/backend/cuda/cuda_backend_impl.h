@@ -121,6 +121,21 @@ struct CudaBackend::Impl {
   // the device (a persistent input, so a recorded window reads the same memory on replay).
   const float* rope_inv_freq(float theta, int64_t rope_dim);
 
+  // Consecutive matmuls of one activation (q, k and v; gate and up of the shared expert) quantize
+  // it once. `matmul_x` is the x of the last op when that op was a matmul (`matmul_ops`: the op
+  // count after it; any other op moves the count on), `quantized_x` the x (and activation format)
+  // whose quantized copy the device's mat-vec scratch holds while that chain lasts. Host writes
+  // into device memory (uploads, allocations) and window boundaries end the chain.
+  struct MatmulX {
+    const float* data = nullptr;
+    int64_t rows = 0, cols = 0, stride = 0;
+    int format = -1;  // quant::ActFormat of quantized_x
+    bool operator==(const MatmulX&) const = default;
+  };
+  void end_matmul_chain() { matmul_x = quantized_x = {}; }
+  MatmulX matmul_x, quantized_x;
+  uint64_t matmul_ops = 0;
+
   cuda::Device device;
   const cuda::detail::DeviceContext& ctx;
   Staging staging;

@@ -60,6 +60,11 @@ void CudaBackend::get_rows(const Weight& table, const Ids& ids, Tensor y) {
 
 void CudaBackend::matmul(const Weight& w, const Tensor& x, Tensor y) {
   if (impl_->graphs.replaying()) return;
+  const Impl::MatmulX this_x{x.data, x.rows, x.cols, x.stride};
+  // Nothing but matmuls of this x (whose outputs do not overlap it) ran since x was quantized.
+  const bool after_matmul_of_x =
+      impl_->graphs.ops() == impl_->matmul_ops && impl_->matmul_x == this_x;
+  if (!after_matmul_of_x) impl_->end_matmul_chain();
   impl_->graphs.count_op(__func__);
   constexpr const char* op = "matmul";
   cpu::check_weight(op, "weight", w);
@@ -72,14 +77,24 @@ void CudaBackend::matmul(const Weight& w, const Tensor& x, Tensor y) {
   check_no_overlap(op, "x", x, "y", y);
   impl_->check_device_weight(op, "weight", w);
   if (x.rows == 0) return;
+  impl_->matmul_x = this_x;
+  impl_->matmul_ops = impl_->graphs.ops();
   // The integer mat-vec: bitwise the CPU backend's matmul, up to kMaxMatvecTokens rows a call.
   if (cuda::has_matvec_q(w.type) && x.stride == x.cols && y.stride == y.cols &&
       reinterpret_cast<uintptr_t>(x.data) % 16 == 0) {
+    const quant::ActFormat fmt = quant::kernels(w.type).act;
+    Impl::MatmulX quantized = this_x;
+    quantized.format = int(fmt);
+    cuda::MatvecQOptions options;
+    options.x_unchanged = impl_->quantized_x == quantized;
     for (int64_t r = 0; r < x.rows; r += cuda::kMaxMatvecTokens) {
       const int n = int(std::min<int64_t>(cuda::kMaxMatvecTokens, x.rows - r));
       impl_->device.matvec_q(w.type, w.data, w.row_stride, w.rows, w.cols, x.data + r * x.cols,
-                             y.data + r * y.cols, n);
+                             y.data + r * y.cols, n, options);
     }
+    // (More rows than one call takes leave only the last call's in the scratch.)
+    if (fmt != quant::ActFormat::F32 && x.rows <= cuda::kMaxMatvecTokens)
+      impl_->quantized_x = quantized;
     return;
   }
   const quant::ActFormat fmt = quant::kernels(w.type).act;

@@ -115,6 +115,7 @@ struct Device::Impl {
   detail::DecodeTables tables{};
   detail::LaunchLimits limits{};
   DeviceBuffer act_scratch;       // matvec_q's quantized activations
+  detail::QuantizedAct act_in_scratch;
   detail::DeviceContext context;  // the above, for the backend's launchers
 
   ~Impl() {
@@ -202,7 +203,8 @@ void Device::matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t r
                       const float* x, float* y, int tokens, const MatvecQOptions& options) {
   impl_->use();
   const detail::MatvecQContext ctx{impl_->info.index, impl_->info.sm_count, impl_->stream,
-                                  impl_->tables,     impl_->limits,         impl_->act_scratch};
+                                  impl_->tables,     impl_->limits,         impl_->act_scratch,
+                                  impl_->act_in_scratch};
   detail::run_matvec_q(t, w, row_stride, rows, cols, x, y, tokens, options, ctx);
 }
 

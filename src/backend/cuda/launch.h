@@ -104,6 +104,7 @@ struct MoeQLaunch {
   float* y[2];
   int64_t y_stride;
   int64_t max_rows;
+  int64_t max_cols;  // of every expert matrix the launch reads (sizes the kernels' stages)
   bool write_zeros;
   DecodeTables tables;
   int device, sm_count;
@@ -113,12 +114,20 @@ void launch_moe_q(const MoeQLaunch& l);
 
 // What Device::matvec_q hands to run_matvec_q: its device, stream, tables and activation scratch
 // (grown on demand, after the stream has drained).
+struct QuantizedAct {
+  const float* x = nullptr;
+  int64_t cols = 0;
+  int tokens = 0;
+  int format = -1;  // quant::ActFormat
+  bool operator==(const QuantizedAct&) const = default;
+};
 struct MatvecQContext {
   int device, sm_count;
   cudaStream_t stream;
   DecodeTables tables;
   LaunchLimits limits;
   DeviceBuffer& scratch;
+  QuantizedAct& in_scratch;  // what scratch holds
 };
 void run_matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
                   const float* x, float* y, int tokens, const MatvecQOptions& options,

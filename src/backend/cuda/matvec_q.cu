@@ -123,12 +123,17 @@ void run_matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows,
     l.act_stride = size_t(cols) * sizeof(float);
   } else {
     const size_t stride = quantized_act_stride(act, cols), bytes = stride * size_t(tokens);
-    if (ctx.scratch.size() < bytes) {
-      // The old scratch may still be read by queued work.
-      check(cudaStreamSynchronize(ctx.stream), "matvec_q scratch");
-      ctx.scratch = DeviceBuffer(bytes);
+    const QuantizedAct key{x, cols, tokens, int(act)};
+    if (!options.x_unchanged || ctx.in_scratch != key) {
+      if (ctx.scratch.size() < bytes) {
+        // The old scratch may still be read by queued work.
+        check(cudaStreamSynchronize(ctx.stream), "matvec_q scratch");
+        ctx.scratch = DeviceBuffer(bytes);
+      }
+      launch_quantize_act(act, x, cols, tokens, ctx.scratch.data(), stride, ctx.limits,
+                          ctx.stream);
+      ctx.in_scratch = key;
     }
-    launch_quantize_act(act, x, cols, tokens, ctx.scratch.data(), stride, ctx.limits, ctx.stream);
     l.act = ctx.scratch.data();
     l.act_stride = stride;
   }

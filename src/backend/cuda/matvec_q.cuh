@@ -22,9 +22,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "backend/cuda/act_q.cuh"
 #include "backend/cuda/check.h"
@@ -54,6 +56,8 @@ struct Args {
   // memory itself (act_blocks blocks) instead of copying `act`.
   const float* x;
   int act_blocks;
+  // The shared-memory stage (stage_layout): bytes of a row's chunk and of an activation's chunk.
+  int stage_row, stage_act;
 };
 
 // Copies ------------------------------------------------------------------------------------------
@@ -166,22 +170,46 @@ __device__ __forceinline__ float reduce8_lanes(float v) {
 
 // The kernel --------------------------------------------------------------------------------------
 
-// K (a format's kernel traits) provides R, T, kStep, kBytes, kActBlockBytes, kRowStride,
-// kActStride, kSharedBytes, a zero-constructible Acc, and the device functions init_shared (CTA
-// tables, may __syncthreads), step and finish.
+// K (a format's kernel traits) provides R, T, kStep, kBytes, kActBlockBytes, kRowPad (bytes
+// after each row's chunk in a stage), kActStride (a full step of one activation), kSharedBytes, a
+// zero-constructible Acc, and the device functions init_shared (CTA tables, may __syncthreads),
+// step and finish. A format's step reads its blocks in groups of at most kBlockGrain, possibly
+// past the row's last block (the results unused).
 template <class K>
 constexpr int kCtaRows = kWarps* K::R;
 
+constexpr int kBlockGrain = 4;
+
+// A launch's stages hold chunks of kStep blocks, or of the whole row (rounded up to kBlockGrain)
+// when that is shorter, and there are two of them only when a row takes more than one step: the
+// down projection of a 512-wide expert (two IQ2_XS blocks) then needs 2.4 KB of stage per CTA
+// instead of 2 x 19 KB, so every CTA of a MoE launch is resident at once instead of each looping
+// over three row groups.
+struct StageLayout {
+  int row, act;  // bytes of a row's chunk (16-aligned, with the format's pad), of an activation's
+  int bytes;     // one stage: the CTA's row chunks, then its activations' chunks
+  int count;     // 1 or 2
+};
+
 template <class K>
-constexpr int kStageBytes = kCtaRows<K>* K::kRowStride + K::T* K::kActStride;
+__host__ __device__ constexpr StageLayout stage_layout(int64_t row_blocks) {
+  const int64_t grained = (row_blocks + kBlockGrain - 1) / kBlockGrain * kBlockGrain;
+  const int blocks = grained < K::kStep ? int(grained) : K::kStep;
+  const int row = (blocks * K::kBytes + 15) / 16 * 16 + K::kRowPad;
+  const int act = (blocks * K::kActBlockBytes + 15) / 16 * 16;
+  return {row, act, kCtaRows<K> * row + K::T * act, row_blocks > K::kStep ? 2 : 1};
+}
 
 // Elements of the format's activation block when the CTA can quantize it itself (Q8_0: 34 bytes,
 // Q8_K: 292), else 0 (an fp32 activation is copied as it is).
 template <class K>
 constexpr int kActElems = K::kActBlockBytes == 34 ? 32 : K::kActBlockBytes == 292 ? 256 : 0;
 
+// Where the CTA's own quantized activation starts, after the tables and the stages.
 template <class K>
-constexpr int kFusedActOffset = (K::kSharedBytes + 2 * kStageBytes<K> + 15) / 16 * 16;
+__host__ __device__ constexpr int fused_act_offset(const StageLayout& s) {
+  return (K::kSharedBytes + s.count * s.bytes + 15) / 16 * 16;
+}
 
 template <class K>
 constexpr int64_t kColsPerStep = int64_t(K::kStep) * kActElems<K>;
@@ -243,14 +271,14 @@ __device__ __forceinline__ void stage_step(uint8_t* stage, const Args& a, int64_
     const int row = warp * K::R + rr;
     // Rows past the end copy the last row again, so every byte a lane reads was written.
     const int64_t r = min(r0 + row, a.rows - 1);
-    warp_copy(stage + row * K::kRowStride,
+    warp_copy(stage + row * a.stage_row,
               a.w + size_t(r) * a.row_stride + size_t(blk0) * K::kBytes, nblk * K::kBytes, a.w_unit,
               lane);
   }
   if constexpr (!kFused) {  // (fused: the activation is already in shared memory)
     for (int tok = warp; tok < K::T; tok += kWarps) {
       const int src = min(tok, a.tokens - 1);
-      warp_copy(stage + kCtaRows<K> * K::kRowStride + tok * K::kActStride,
+      warp_copy(stage + kCtaRows<K> * a.stage_row + tok * a.stage_act,
                 a.act + size_t(src) * a.act_stride + size_t(blk0) * K::kActBlockBytes,
                 nblk * K::kActBlockBytes, a.a_unit, lane);
     }
@@ -260,13 +288,16 @@ __device__ __forceinline__ void stage_step(uint8_t* stage, const Args& a, int64_
 // The CTA's row groups blockIdx.x, blockIdx.x + gridDim.x, ... of y = W a (K::init_shared done).
 // kFused: the CTA quantizes a.x itself (a template parameter, so the plain mat-vec carries none of
 // that code: with it compiled in, the Q8_0 mat-vec measured 6.9 -> 9.3 us on the H200).
+// The stages are laid out for rows of at most `stage_blocks` blocks (a.nb or more).
 template <class K, bool kFused>
-__device__ __forceinline__ void run_row_groups(uint8_t* smem, const Args& a) {
+__device__ __forceinline__ void run_row_groups(uint8_t* smem, Args& a, int64_t stage_blocks) {
   static_assert(!kFused || kActElems<K> != 0, "only Q8_0 and Q8_K activations are fused");
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const StageLayout layout = stage_layout<K>(stage_blocks);
+  a.stage_row = layout.row, a.stage_act = layout.act;
   uint8_t* const stages = smem + K::kSharedBytes;
   const int64_t groups = (a.rows + kCtaRows<K> - 1) / kCtaRows<K>;
-  uint8_t* const fused_act = smem + kFusedActOffset<K>;
+  uint8_t* const fused_act = smem + fused_act_offset<K>(layout);
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
     const int64_t r0 = g * kCtaRows<K>;
     typename K::Acc acc{};
@@ -277,14 +308,14 @@ __device__ __forceinline__ void run_row_groups(uint8_t* smem, const Args& a) {
       if (g == blockIdx.x) quantize_act_in_cta<K>(fused_act, a, warp, lane);
     for (int t = 0; t < a.nsteps; ++t) {
       if (t + 1 < a.nsteps)
-        stage_step<K, kFused>(stages + ((t + 1) & 1) * kStageBytes<K>, a, r0, t + 1, warp, lane);
+        stage_step<K, kFused>(stages + ((t + 1) & 1) * layout.bytes, a, r0, t + 1, warp, lane);
       cp_async_commit();
       cp_async_wait<1>();  // step t's group has landed (only step t + 1's may be in flight)
       __syncthreads();     // ... for every thread's copies
-      const uint8_t* stage = stages + (t & 1) * kStageBytes<K>;
+      const uint8_t* stage = stages + (t & 1) * layout.bytes;
       const uint8_t* act =
-          kFused ? fused_act + t * K::kActStride : stage + kCtaRows<K> * K::kRowStride;
-      K::step(stage + warp * K::R * K::kRowStride, act, smem, a, t, lane, acc);
+          kFused ? fused_act + t * K::kActStride : stage + kCtaRows<K> * layout.row;
+      K::step(stage + warp * K::R * layout.row, act, smem, a, t, lane, acc);
       __syncthreads();  // every warp is done reading this stage before it is refilled
     }
     K::finish(acc, a, r0 + warp * K::R, lane);
@@ -292,10 +323,10 @@ __device__ __forceinline__ void run_row_groups(uint8_t* smem, const Args& a) {
 }
 
 template <class K>
-__global__ void __launch_bounds__(kThreads) matvec_q_kernel(const Args a) {
+__global__ void __launch_bounds__(kThreads) matvec_q_kernel(Args a) {
   extern __shared__ __align__(16) uint8_t smem[];
   K::init_shared(smem, a);
-  run_row_groups<K, false>(smem, a);
+  run_row_groups<K, false>(smem, a, a.nb);
 }
 
 // The widest copy unit (16, 8, 4 or 2 bytes) that divides every address a chunk copy starts at and
@@ -327,7 +358,9 @@ __global__ void __launch_bounds__(kThreads) moe_q_kernel(const MoeQLaunch l) {
         y[r] = 0.0f;
     return;
   }
-  if (en->type[m] != int32_t(l.type)) return;
+  // (The host checked every expert's columns against max_cols, which sized the stages.)
+  const int64_t stage_blocks = (l.max_cols + l.block_elems - 1) / l.block_elems;
+  if (en->type[m] != int32_t(l.type) || en->cols[m] > l.max_cols) return;
   const int64_t row = (l.act_at_pair ? p : i) / l.act_div;
   a.w = static_cast<const uint8_t*>(en->w[m]);
   a.row_stride = en->row_stride[m];
@@ -342,7 +375,7 @@ __global__ void __launch_bounds__(kThreads) moe_q_kernel(const MoeQLaunch l) {
     if (l.x) {
       a.x = l.x + row * l.x_stride;
       a.act_blocks = en->cols[m] / kActElems<K>;
-      return run_row_groups<K, true>(smem, a);
+      return run_row_groups<K, true>(smem, a, stage_blocks);
     }
   }
   const int act = en->act[m];
@@ -350,37 +383,36 @@ __global__ void __launch_bounds__(kThreads) moe_q_kernel(const MoeQLaunch l) {
   a.act_stride = l.act_stride[act];
   a.a_unit = copy_unit(a.act, a.act_stride, size_t(K::kStep) * K::kActBlockBytes,
                        last * K::kActBlockBytes);
-  run_row_groups<K, false>(smem, a);
+  run_row_groups<K, false>(smem, a, stage_blocks);
 }
 
 // Host side ---------------------------------------------------------------------------------------
 
-// Dynamic shared memory of a launch: K's tables, two stages, and with `fused` the whole quantized
+// Dynamic shared memory of a launch: K's tables, its stages, and with `fused` the whole quantized
 // activation.
 template <class K>
-constexpr size_t smem_bytes(bool fused) {
-  return fused ? size_t(kFusedActOffset<K>) + size_t(kFusedActBytes<K>)
-               : size_t(K::kSharedBytes) + 2 * size_t(kStageBytes<K>);
+constexpr size_t smem_bytes(const StageLayout& s, bool fused) {
+  return fused ? size_t(fused_act_offset<K>(s)) + size_t(kFusedActBytes<K>)
+               : size_t(K::kSharedBytes) + size_t(s.count) * size_t(s.bytes);
 }
 
-// CTAs of `kernel` resident per SM on `device` with that shared memory, looked up once per device
-// (a launch must not pay for the query).
+// CTAs of `kernel` resident per SM on `device` with `smem` bytes of dynamic shared memory, looked
+// up once per device and size (a launch must not pay for the query; a model has a few sizes).
 template <class K, auto kernel>
-int resident_ctas(int device, bool fused) {
-  static std::atomic<int> per_sm[kMaxDevices][2];
-  const size_t smem = smem_bytes<K>(fused);
-  int blocks_per_sm =
-      device < kMaxDevices ? per_sm[device][fused].load(std::memory_order_relaxed) : 0;
-  if (blocks_per_sm == 0) {
-    const size_t most = std::max(smem_bytes<K>(true), smem_bytes<K>(false));
-    if (most > 48 * 1024)
-      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)),
-            "cudaFuncSetAttribute");
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads, smem),
-          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    if (blocks_per_sm < 1) fail("CUDA matvec_q: kernel does not fit on the device");
-    if (device < kMaxDevices) per_sm[device][fused].store(blocks_per_sm, std::memory_order_relaxed);
-  }
+int resident_ctas(int device, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, size_t>, int> per_sm;
+  const std::lock_guard lock(mutex);
+  if (const auto it = per_sm.find({device, smem}); it != per_sm.end()) return it->second;
+  const size_t most = smem_bytes<K>(stage_layout<K>(K::kStep + 1), true);
+  if (most > 48 * 1024)
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)),
+          "cudaFuncSetAttribute");
+  int blocks_per_sm = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads, smem),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  if (blocks_per_sm < 1) fail("CUDA matvec_q: kernel does not fit on the device");
+  per_sm.emplace(std::pair{device, smem}, blocks_per_sm);
   return blocks_per_sm;
 }
 
@@ -403,10 +435,11 @@ void launch(const MatvecQLaunch& l) {
   a.iq2xs_grid = l.tables.iq2xs_grid;
 
   const int64_t groups = (l.rows + kCtaRows<K> - 1) / kCtaRows<K>;
+  const size_t smem = smem_bytes<K>(stage_layout<K>(l.blocks), false);
   const int64_t resident =
-      int64_t(resident_ctas<K, matvec_q_kernel<K>>(l.device, false)) * l.sm_count;
+      int64_t(resident_ctas<K, matvec_q_kernel<K>>(l.device, smem)) * l.sm_count;
   const int grid = int(groups < resident ? groups : resident);
-  matvec_q_kernel<K><<<grid, kThreads, smem_bytes<K>(false), l.stream>>>(a);
+  matvec_q_kernel<K><<<grid, kThreads, smem, l.stream>>>(a);
   check(cudaGetLastError(), "matvec_q launch");
 }
 
@@ -415,7 +448,9 @@ void launch_moe(const MoeQLaunch& l) {
   if (l.n_pairs == 0 || l.n_matrices == 0) return;
   const int64_t groups = (l.max_rows + kCtaRows<K> - 1) / kCtaRows<K>;
   const bool fused = kActElems<K> != 0 && l.x;
-  const int64_t resident = int64_t(resident_ctas<K, moe_q_kernel<K>>(l.device, fused)) * l.sm_count;
+  const size_t smem =
+      smem_bytes<K>(stage_layout<K>((l.max_cols + l.block_elems - 1) / l.block_elems), fused);
+  const int64_t resident = int64_t(resident_ctas<K, moe_q_kernel<K>>(l.device, smem)) * l.sm_count;
   constexpr int64_t kMaxGridY = 65535;
   for (int64_t first = 0; first < l.n_pairs; first += kMaxGridY) {
     MoeQLaunch part = l;
@@ -424,7 +459,7 @@ void launch_moe(const MoeQLaunch& l) {
     const int64_t per_matrix = resident / (pairs * l.n_matrices);
     const int64_t gx = groups < per_matrix ? groups : per_matrix < 1 ? 1 : per_matrix;
     const dim3 grid(unsigned(gx), unsigned(pairs), unsigned(l.n_matrices));
-    moe_q_kernel<K><<<grid, kThreads, smem_bytes<K>(fused), l.stream>>>(part);
+    moe_q_kernel<K><<<grid, kThreads, smem, l.stream>>>(part);
     check(cudaGetLastError(), "moe_q launch");
   }
 }

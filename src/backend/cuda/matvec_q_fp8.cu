@@ -25,7 +25,7 @@ struct FP8Kernel {
   static constexpr int R = R_, T = T_, kStep = 32, kBytes = 36, kActBlockBytes = 32 * 4;
   // 16 bytes of padding per row: the four row slots read the same word offsets at once, and a
   // 1168-byte stride (292 words, 4 mod 32) puts them in different banks.
-  static constexpr int kRowStride = kStep * kBytes + 16, kActStride = kStep * kActBlockBytes;
+  static constexpr int kRowPad = 16, kActStride = kStep * kActBlockBytes;
   static constexpr int kSharedBytes = 0;
   static constexpr int kRowsPerLane = R / 4;
 
@@ -54,13 +54,13 @@ struct FP8Kernel {
       float x[T][4];
 #pragma unroll
       for (int tok = 0; tok < T; ++tok) {
-        const float* xa = reinterpret_cast<const float*>(act + tok * kActStride);
+        const float* xa = reinterpret_cast<const float*>(act + tok * a.stage_act);
 #pragma unroll
         for (int q = 0; q < 4; ++q) x[tok][q] = xa[32 * i + l + 8 * q];
       }
 #pragma unroll
       for (int k = 0; k < kRowsPerLane; ++k) {
-        const uint8_t* b = rows + (slot + 4 * k) * kRowStride + kBytes * i;
+        const uint8_t* b = rows + (slot + 4 * k) * a.stage_row + kBytes * i;
         const float scale = *reinterpret_cast<const float*>(b);
         // Code l + 8q is byte l % 4 of word 1 + l / 4 + 2q of the block.
         const uint8_t* codes = b + 4 + 4 * (l >> 2);

@@ -38,7 +38,7 @@ struct IQ2_XSKernel {
   // A step is 16 blocks (1184 bytes of a row) for one activation, 8 for more (smaller activation
   // stages), in parts of 4 blocks.
   static constexpr int kStep = T == 1 ? 16 : 8, kParts = kStep / 4;
-  static constexpr int kRowStride = kStep * kBytes;  // a multiple of 16 for kStep = 8, 16
+  static constexpr int kRowPad = 0;
   static constexpr int kActStride = kStep * kActBlockBytes;
   // NC copies of the 512-entry codebook, entry e of copy c at word e * NC + c: with NC = 32 each
   // lane reads its own bank, so the random lookups of a warp never conflict. One copy (about 3.5
@@ -116,7 +116,7 @@ struct IQ2_XSKernel {
       int isum[T][R];
 #pragma unroll
       for (int rr = 0; rr < R; ++rr) {
-        const uint8_t* row = rows + rr * kRowStride;
+        const uint8_t* row = rows + rr * a.stage_row;
         const uint32_t w0 = ld_shared_u32(row + qs_offset), w1 = ld_shared_u32(row + qs_offset + 4);
         const uint32_t w2 = ld_shared_u32(row + qs_offset + 8);
         const uint32_t qa = __funnelshift_r(w0, w1, shift), qb = __funnelshift_r(w1, w2, shift);
@@ -133,7 +133,7 @@ struct IQ2_XSKernel {
 #pragma unroll
             for (int k = 0; k < 8; ++k) x[k] = x1[k];
           } else {
-            load_act(act + tok * kActStride + act_offset, x);
+            load_act(act + tok * a.stage_act + act_offset, x);
           }
           // Separate sums per group keep the dp4a dependency chains two deep.
           int pos[4], neg[4];
@@ -151,12 +151,12 @@ struct IQ2_XSKernel {
         }
       }
       // Lane j of group g: block bi's exact sum for row j >> kRowShift, with its d_w * d_a.
-      const uint8_t* own_row = rows + (j >> kRowShift) * kRowStride;
+      const uint8_t* own_row = rows + (j >> kRowShift) * a.stage_row;
       const float dw =
           half_bits_to_float(*reinterpret_cast<const uint16_t*>(own_row + kBytes * bi));
 #pragma unroll
       for (int tok = 0; tok < T; ++tok) {
-        const uint8_t* act_tok = act + tok * kActStride;
+        const uint8_t* act_tok = act + tok * a.stage_act;
         const float block_sum = __int2float_rn(reduce_scatter8<R>(isum[tok], j));
         const float scale =
             __fmul_rn(dw, *reinterpret_cast<const float*>(act_tok + kActBlockBytes * bi));

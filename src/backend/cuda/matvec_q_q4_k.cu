@@ -21,7 +21,7 @@ namespace {
 template <int R_, int T_>
 struct Q4_KKernel {
   static constexpr int R = R_, T = T_, kStep = 8, kBytes = 144, kActBlockBytes = 292;
-  static constexpr int kRowStride = kStep * kBytes, kActStride = kStep * kActBlockBytes;
+  static constexpr int kRowPad = 0, kActStride = kStep * kActBlockBytes;
   static constexpr int kSharedBytes = 0;
 
   struct Acc {
@@ -98,7 +98,7 @@ struct Q4_KKernel {
       if constexpr (T == 1) x1 = load_act(act + kActBlockBytes * bi, p, h);
 #pragma unroll
       for (int rr = 0; rr < R; ++rr) {
-        const uint8_t* b = rows + rr * kRowStride + kBytes * bi;
+        const uint8_t* b = rows + rr * a.stage_row + kBytes * bi;
         const uint4 head = *reinterpret_cast<const uint4*>(b);
         const uint4 codes = *reinterpret_cast<const uint4*>(b + 16 + 16 * j);
         const uint32_t cw[4] = {codes.x, codes.y, codes.z, codes.w};
@@ -112,7 +112,7 @@ struct Q4_KKernel {
           if constexpr (T == 1)
             x = x1;
           else
-            x = load_act(act + tok * kActStride + kActBlockBytes * bi, p, h);
+            x = load_act(act + tok * a.stage_act + kActBlockBytes * bi, p, h);
           if (half == 0)
             acc.low[rr][tok] = accumulate(cw, sc, mins, d, dmin, x, valid, acc.low[rr][tok]);
           else

@@ -17,7 +17,7 @@ template <int R_, int T_>
 struct Q8_0Kernel {
   static_assert(R_ % 4 == 0, "four row slots per warp");
   static constexpr int R = R_, T = T_, kStep = 32, kBytes = 34, kActBlockBytes = 34;
-  static constexpr int kRowStride = kStep * kBytes, kActStride = kStep * kActBlockBytes;
+  static constexpr int kRowPad = 0, kActStride = kStep * kActBlockBytes;
   static constexpr int kSharedBytes = 0;
   static constexpr int kRowsPerLane = R / 4;
 
@@ -52,11 +52,11 @@ struct Q8_0Kernel {
       float da[T];
 #pragma unroll
       for (int tok = 0; tok < T; ++tok)
-        da[tok] = load_block(act + tok * kActStride + 272 * i, c, qa[tok]);
+        da[tok] = load_block(act + tok * a.stage_act + 272 * i, c, qa[tok]);
 #pragma unroll
       for (int k = 0; k < kRowsPerLane; ++k) {
         uint32_t qw[8];
-        const float dw = load_block(rows + (slot + 4 * k) * kRowStride + 272 * i, c, qw);
+        const float dw = load_block(rows + (slot + 4 * k) * a.stage_row + 272 * i, c, qw);
 #pragma unroll
         for (int tok = 0; tok < T; ++tok) {
           int s = 0;

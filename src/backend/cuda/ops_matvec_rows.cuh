@@ -12,9 +12,8 @@ namespace strata::cuda::detail {
 
 constexpr int kActsPerPass = 8;
 
-// acc + v . x[0, 8), accumulated in element order (matvec.cu's dot8).
-__device__ __forceinline__ float dot8_rows(const float v[8], const float4* x, float acc) {
-  const float4 a = __ldg(x), b = __ldg(x + 1);
+// acc + v . (a, b), accumulated in element order (matvec.cu's dot8).
+__device__ __forceinline__ float dot8_values(const float v[8], float4 a, float4 b, float acc) {
   acc = __fmaf_rn(v[0], a.x, acc);
   acc = __fmaf_rn(v[1], a.y, acc);
   acc = __fmaf_rn(v[2], a.z, acc);
@@ -23,6 +22,42 @@ __device__ __forceinline__ float dot8_rows(const float v[8], const float4* x, fl
   acc = __fmaf_rn(v[5], b.y, acc);
   acc = __fmaf_rn(v[6], b.z, acc);
   return __fmaf_rn(v[7], b.w, acc);
+}
+
+__device__ __forceinline__ float dot8_rows(const float v[8], const float4* x, float acc) {
+  return dot8_values(v, __ldg(x), __ldg(x + 1), acc);
+}
+
+// The lane's groups g = lane, lane + 32, ... of one activation: the loop of warp_row_dots below,
+// with the loads of kDepth groups issued before the chain consumes them. Without that, each group
+// waited for its own loads: a 2048-wide fp32 row (8 groups a lane) took 7.3 us on the H200,
+// nearly all of it memory latency paid eight times over.
+template <typename D>
+__device__ __forceinline__ float lane_dot_one(const uint8_t* p, int lane, int groups,
+                                              const float4* x, const DecodeTables& tables) {
+  constexpr int kGroups = D::kElems / 8, kDepth = 4;
+  constexpr size_t kStepBytes = size_t(32 / kGroups) * D::kBytes;
+  const int gi = lane % kGroups;
+  float acc = 0.0f;
+  int g = lane;
+  for (; g + 32 * (kDepth - 1) < groups; g += 32 * kDepth, p += kDepth * kStepBytes) {
+    float v[kDepth][8];
+    float4 a[kDepth], b[kDepth];
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      D::decode(p + d * kStepBytes, gi, tables, v[d]);
+      const float4* xd = x + 2 * (g + 32 * d - lane);
+      a[d] = __ldg(xd), b[d] = __ldg(xd + 1);
+    }
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) acc = dot8_values(v[d], a[d], b[d], acc);
+  }
+  for (; g < groups; g += 32, p += kStepBytes) {
+    float v[8];
+    D::decode(p, gi, tables, v);
+    acc = dot8_rows(v, x + 2 * (g - lane), acc);
+  }
+  return acc;
 }
 
 // For items i in [0, n) (n <= kActsPerPass): store(i, W_row . act_of(i)), called on lane 0.
@@ -42,7 +77,8 @@ __device__ __forceinline__ void warp_row_dots(const uint8_t* __restrict__ w_row,
 #pragma unroll
   for (int j = 0; j < kActsPerPass; ++j) acc[j] = 0.0f;
   const uint8_t* p = w_row + (lane / kGroups) * D::kBytes;
-  for (int g = lane; g < groups; g += 32, p += kStepBytes) {
+  if (n == 1) acc[0] = lane_dot_one<D>(p, lane, groups, xp[0], tables);
+  for (int g = lane; n > 1 && g < groups; g += 32, p += kStepBytes) {
     float v[8];
     D::decode(p, gi, tables, v);
     const int step = 2 * (g - lane);

@@ -450,6 +450,7 @@ void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* ta
   l.act_div = top_k, l.act_at_pair = true, l.y_at_pair = false;
   l.y[0] = buf.gate, l.y[1] = buf.up, l.y_stride = buf.ff_stride;
   l.max_rows = max_ff;
+  l.max_cols = x.cols;
   // One launch per weight type present; the first also zeroes the rows of pairs it cannot route.
   const auto launch_each_type = [&](const quant::Type* types, int n_types) {
     for (int i = 0; i < n_types; ++i) {
@@ -489,6 +490,7 @@ void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* ta
   l.act_div = 1, l.act_at_pair = false, l.y_at_pair = true;
   l.y[0] = out.data, l.y[1] = nullptr, l.y_stride = out.stride;
   l.max_rows = x.cols;
+  l.max_cols = max_cols;
   launch_each_type(down_types, n_down_types);
 }
 

@@ -46,6 +46,7 @@ class WindowGraphs {
   void check_no_readback(const char* op) const;
 
   BackendCounters counters() const { return counters_; }
+  uint64_t ops() const { return counters_.ops; }
   void count_op(const char* name) {
     ++counters_.ops;
     profile_.op(name);
