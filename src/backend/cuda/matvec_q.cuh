@@ -340,8 +340,11 @@ __host__ __device__ inline int copy_unit(const void* base, size_t stride, size_t
 // Matrix l.matrices[blockIdx.z] of the expert of list position blockIdx.y (launch.h's
 // MoeQLaunch): the mat-vec above with that expert's rows and the pair's activation, so each
 // pair's y is bitwise the plain mat-vec's.
+// (K::kMoeMinCtas: CTAs per SM the register budget must allow. IQ2_XS and Q8_0 fit 6 without
+// spilling, which keeps a decode token's gate/up CTAs, 10 experts x 2 x 32, resident at once;
+// the compiler's own choice, 122 registers, allowed 4.)
 template <class K>
-__global__ void __launch_bounds__(kThreads) moe_q_kernel(const MoeQLaunch l) {
+__global__ void __launch_bounds__(kThreads, K::kMoeMinCtas) moe_q_kernel(const MoeQLaunch l) {
   extern __shared__ __align__(16) uint8_t smem[];
   Args a{};
   a.iq2xs_grid = l.tables.iq2xs_grid;
@@ -456,8 +459,10 @@ void launch_moe(const MoeQLaunch& l) {
     MoeQLaunch part = l;
     part.first = first;
     const int64_t pairs = l.n_pairs - first < kMaxGridY ? l.n_pairs - first : kMaxGridY;
-    const int64_t per_matrix = resident / (pairs * l.n_matrices);
-    const int64_t gx = groups < per_matrix ? groups : per_matrix < 1 ? 1 : per_matrix;
+    // As few CTAs as take the fewest rounds of row groups each.
+    const int64_t per_matrix = std::max<int64_t>(1, resident / (pairs * l.n_matrices));
+    const int64_t rounds = (groups + per_matrix - 1) / per_matrix;
+    const int64_t gx = (groups + rounds - 1) / rounds;
     const dim3 grid(unsigned(gx), unsigned(pairs), unsigned(l.n_matrices));
     moe_q_kernel<K><<<grid, kThreads, smem, l.stream>>>(part);
     check(cudaGetLastError(), "moe_q launch");

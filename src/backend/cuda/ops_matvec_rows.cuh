@@ -28,36 +28,37 @@ __device__ __forceinline__ float dot8_rows(const float v[8], const float4* x, fl
   return dot8_values(v, __ldg(x), __ldg(x + 1), acc);
 }
 
-// The lane's groups g = lane, lane + 32, ... of one activation: the loop of warp_row_dots below,
-// with the loads of kDepth groups issued before the chain consumes them. Without that, each group
-// waited for its own loads: a 2048-wide fp32 row (8 groups a lane) took 7.3 us on the H200,
-// nearly all of it memory latency paid eight times over.
-template <typename D>
-__device__ __forceinline__ float lane_dot_one(const uint8_t* p, int lane, int groups,
-                                              const float4* x, const DecodeTables& tables) {
-  constexpr int kGroups = D::kElems / 8, kDepth = 4;
+// The lane's groups g, g + 32, ... of one activation while kDepth of them remain, in the order
+// of warp_row_dots' loop below, with the loads of kDepth groups issued before the chain consumes
+// them. Without that, each group waited for its own loads: a 2048-wide fp32 row (8 groups a lane)
+// took 7.3 us on the H200 and 6.2 with four in flight (eight measured no better).
+template <typename D, int kDepth>
+__device__ __forceinline__ float lane_dot_batches(const uint8_t*& p, int& g, int lane, int groups,
+                                                  const float4* x, const DecodeTables& tables,
+                                                  float acc) {
+  constexpr int kGroups = D::kElems / 8;
   constexpr size_t kStepBytes = size_t(32 / kGroups) * D::kBytes;
-  const int gi = lane % kGroups;
-  float acc = 0.0f;
-  int g = lane;
   for (; g + 32 * (kDepth - 1) < groups; g += 32 * kDepth, p += kDepth * kStepBytes) {
     float v[kDepth][8];
     float4 a[kDepth], b[kDepth];
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
-      D::decode(p + d * kStepBytes, gi, tables, v[d]);
+      D::decode(p + d * kStepBytes, lane % kGroups, tables, v[d]);
       const float4* xd = x + 2 * (g + 32 * d - lane);
       a[d] = __ldg(xd), b[d] = __ldg(xd + 1);
     }
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) acc = dot8_values(v[d], a[d], b[d], acc);
   }
-  for (; g < groups; g += 32, p += kStepBytes) {
-    float v[8];
-    D::decode(p, gi, tables, v);
-    acc = dot8_rows(v, x + 2 * (g - lane), acc);
-  }
   return acc;
+}
+
+template <typename D>
+__device__ __forceinline__ float lane_dot_one(const uint8_t* p, int lane, int groups,
+                                              const float4* x, const DecodeTables& tables) {
+  int g = lane;
+  const float acc = lane_dot_batches<D, 4>(p, g, lane, groups, x, tables, 0.0f);
+  return lane_dot_batches<D, 1>(p, g, lane, groups, x, tables, acc);
 }
 
 // For items i in [0, n) (n <= kActsPerPass): store(i, W_row . act_of(i)), called on lane 0.
