@@ -258,7 +258,7 @@ TEST_P(Ops, AttentionAndSelected) {
   for (uint64_t draw : kDraws) {
     Rng rng(draw);
     const int64_t n_kv = pick(rng, 1, 3), n_head = n_kv * pick(rng, 1, 4),
-                  hd = std::vector<int64_t>{32, 64, 80, 128, 256}[rng.below(5)],
+                  hd = std::vector<int64_t>{32, 64, 80, 128, 256, 512}[rng.below(6)],
                   prefix = pick(rng, 0, 70), T = pick(rng, 1, 7), cache_rows = prefix + T + 3;
     const float scale = 1.0f / std::sqrt(float(hd));
     SCOPED_TRACE(::testing::Message() << "heads " << n_head << "/" << n_kv << " hd " << hd
