@@ -79,10 +79,10 @@ void CudaBackend::matmul(const Weight& w, const Tensor& x, Tensor y) {
   if (x.rows == 0) return;
   impl_->matmul_x = this_x;
   impl_->matmul_ops = impl_->graphs.ops();
+  const quant::ActFormat fmt = quant::kernels(w.type).act;
   // The integer mat-vec: bitwise the CPU backend's matmul, up to kMaxMatvecTokens rows a call.
   if (cuda::has_matvec_q(w.type) && x.stride == x.cols && y.stride == y.cols &&
       reinterpret_cast<uintptr_t>(x.data) % 16 == 0) {
-    const quant::ActFormat fmt = quant::kernels(w.type).act;
     Impl::MatmulX quantized = this_x;
     quantized.format = int(fmt);
     cuda::MatvecQOptions options;
@@ -97,7 +97,6 @@ void CudaBackend::matmul(const Weight& w, const Tensor& x, Tensor y) {
       impl_->quantized_x = quantized;
     return;
   }
-  const quant::ActFormat fmt = quant::kernels(w.type).act;
   if (fmt == quant::ActFormat::F32 && rows_aligned(x)) {
     detail::launch_matmul(impl_->ctx, w.type, w.data, w.row_stride, w.rows, w.cols, x.data,
                           x.stride, y);

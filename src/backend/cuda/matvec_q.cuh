@@ -337,6 +337,11 @@ __host__ __device__ inline int copy_unit(const void* base, size_t stride, size_t
   return int(bits & (~bits + 1));  // lowest set bit
 }
 
+// Blocks in the widest row a MoE launch reads: what its stages are laid out for.
+__host__ __device__ inline int64_t moe_stage_blocks(const MoeQLaunch& l) {
+  return (l.max_cols + l.block_elems - 1) / l.block_elems;
+}
+
 // Matrix l.matrices[blockIdx.z] of the expert of list position blockIdx.y (launch.h's
 // MoeQLaunch): the mat-vec above with that expert's rows and the pair's activation, so each
 // pair's y is bitwise the plain mat-vec's.
@@ -362,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, K::kMoeMinCtas) moe_q_kernel(const M
     return;
   }
   // (The host checked every expert's columns against max_cols, which sized the stages.)
-  const int64_t stage_blocks = (l.max_cols + l.block_elems - 1) / l.block_elems;
+  const int64_t stage_blocks = moe_stage_blocks(l);
   if (en->type[m] != int32_t(l.type) || en->cols[m] > l.max_cols) return;
   const int64_t row = (l.act_at_pair ? p : i) / l.act_div;
   a.w = static_cast<const uint8_t*>(en->w[m]);
@@ -452,7 +457,7 @@ void launch_moe(const MoeQLaunch& l) {
   const int64_t groups = (l.max_rows + kCtaRows<K> - 1) / kCtaRows<K>;
   const bool fused = kActElems<K> != 0 && l.x;
   const size_t smem =
-      smem_bytes<K>(stage_layout<K>((l.max_cols + l.block_elems - 1) / l.block_elems), fused);
+      smem_bytes<K>(stage_layout<K>(moe_stage_blocks(l)), fused);
   const int64_t resident = int64_t(resident_ctas<K, moe_q_kernel<K>>(l.device, smem)) * l.sm_count;
   constexpr int64_t kMaxGridY = 65535;
   for (int64_t first = 0; first < l.n_pairs; first += kMaxGridY) {
