@@ -147,6 +147,69 @@ TEST_P(Ops, ElementWise) {
   expect_throws_naming([&] { be().scale(at, 2.0f, yt.rows_view(0, 1)); }, "scale");
 }
 
+// Fused element-wise pairs: bitwise the two ops they replace on the same backend, the CPU's
+// within the sigmoid's limit, and T-row windows equal one-row calls.
+TEST_P(Ops, FusedGatesEqualTheOpsTheyReplace) {
+  using Op = std::function<void(Backend&, std::vector<Tensor>&, Tensor)>;
+  auto expect_fused = [&](const char* name, int64_t T, const std::vector<std::pair<int64_t, Floats>>& in,
+                          int64_t out_cols, double abs, const Op& fused, const Op& parts) {
+    const RowwiseResult f = run_rowwise(be(), ref(), T, in, out_cols, fused);
+    const RowwiseResult p = run_rowwise(be(), ref(), T, in, out_cols, parts);
+    expect_bitwise(f.rows, f.window, std::string(name) + ": T rows vs one-row calls");
+    expect_bitwise(f.window, p.window, std::string(name) + " vs its two ops");
+    expect_close(f.window, f.cpu, 2e-6, abs, std::string(name) + " vs cpu");
+  };
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t T = pick(rng, 1, 9), C = pick(rng, 1, 3000), H = pick(rng, 1, 64);
+    SCOPED_TRACE(::testing::Message() << "T " << T << " C " << C << " H " << H);
+    const Floats y = normal_floats(size_t(T * C), draw * 10 + 1, 4.0f);
+    const Floats x = normal_floats(size_t(T * C), draw * 10 + 2, 4.0f);
+    const Floats gate = normal_floats(size_t(T * C), draw * 10 + 3, 4.0f);
+    // The sum may cancel: its bound is the product's (x * sigmoid within 2e-6 of |x| < 5 sigma).
+    for (const int64_t gate_cols : {C, int64_t(1)})
+      expect_fused(
+          gate_cols == 1 ? "add_mul_sigmoid per row" : "add_mul_sigmoid", T,
+          {{C, y}, {C, x}, {gate_cols, gate}}, C, 2e-6 * 20,
+          [](Backend& k, std::vector<Tensor>& i, Tensor o) {
+            k.copy(i[0], o);
+            k.add_mul_sigmoid(o, i[1], i[2]);
+          },
+          [](Backend& k, std::vector<Tensor>& i, Tensor o) {
+            k.copy(i[0], o);
+            k.mul_sigmoid(i[1], i[2], i[1]);
+            k.add(o, i[1], o);
+          });
+    // ssm_gates: beta in the first H columns of the output, g in the next H.
+    const Floats b = normal_floats(size_t(T * H), draw * 10 + 4, 4.0f);
+    const Floats a = normal_floats(size_t(T * H), draw * 10 + 5, 8.0f);
+    HostTensor dt = f32_tensor("ssm_dt.bias", {H}, normal_floats(size_t(H), draw * 10 + 6));
+    HostTensor sa = f32_tensor("ssm_a", {H}, normal_floats(size_t(H), draw * 10 + 7));
+    const Weight dt_b = be().weight(dt.info), sa_b = be().weight(sa.info);
+    const Weight dt_r = ref().weight(dt.info), sa_r = ref().weight(sa.info);
+    auto weights = [&](Backend& k) {
+      return &k == &ref() ? std::pair{&dt_r, &sa_r} : std::pair{&dt_b, &sa_b};
+    };
+    expect_fused(
+        "ssm_gates", T, {{H, b}, {H, a}}, 2 * H, 1e-30,
+        [&](Backend& k, std::vector<Tensor>& i, Tensor o) {
+          const auto [d, s] = weights(k);
+          k.ssm_gates(i[0], i[1], *d, *s, o.cols_view(0, H), o.cols_view(H, H));
+        },
+        [&](Backend& k, std::vector<Tensor>& i, Tensor o) {
+          const auto [d, s] = weights(k);
+          k.fill(o.cols_view(0, H), 1.0f);
+          k.mul_sigmoid(o.cols_view(0, H), i[0], o.cols_view(0, H));
+          k.ssm_decay(i[1], *d, *s, o.cols_view(H, H));
+        });
+  }
+  Tensor at = be().alloc(2, 8), yt = be().alloc(2, 8);
+  expect_throws_naming([&] { be().add_mul_sigmoid(yt, at, at.cols_view(0, 2)); }, "mul_sigmoid");
+  HostTensor dt = f32_tensor("ssm_dt.bias", {8}, normal_floats(8, 1));
+  const Weight dtw = be().weight(dt.info);
+  expect_throws_naming([&] { be().ssm_gates(at, at.cols_view(0, 4), dtw, dtw, yt, yt); }, "ssm_");
+}
+
 TEST_P(Ops, SplitGroups) {
   for (uint64_t draw : kDraws) {
     Rng rng(draw);
@@ -220,6 +283,39 @@ TEST_P(Ops, Norms) {
   expect_throws_naming([&] { be().rms_norm(xt, nullptr, 30, 1e-6f, yt); }, "rms_norm");
   expect_throws_naming([&] { be().l2_norm(xt, 32, 1e-6f, yt.cols_view(0, 10)); }, "l2_norm");
   expect_throws_naming([&] { be().signed_sqrt_dot(xt, xt, 48, 1.0f, yt); }, "signed_sqrt_dot");
+}
+
+// The residual add and the norm after it, in one op: x and y bitwise add then rms_norm on the CPU,
+// at widths the CUDA backend fuses (1024-8192) and at widths it runs as the two ops.
+TEST_P(Ops, AddRmsNormIsAddThenRmsNorm) {
+  for (const int64_t C : {int64_t(300), int64_t(1024), int64_t(2048), int64_t(2053), int64_t(8192),
+                          int64_t(9000)}) {
+    const int64_t T = 3;
+    SCOPED_TRACE(::testing::Message() << "C " << C);
+    const Floats x = normal_floats(size_t(T * C), uint64_t(C), 3.0f);
+    const Floats d = normal_floats(size_t(T * C), uint64_t(C) + 1);
+    HostTensor gain = f32_tensor("norm.weight", {C}, normal_floats(size_t(C), uint64_t(C) + 2));
+    const Weight wb = be().weight(gain.info), wr = ref().weight(gain.info);
+    Tensor xr = make(ref(), T, C, x), dr = make(ref(), T, C, d), yr = ref().alloc(T, C);
+    ref().add(xr, dr, xr);
+    ref().rms_norm(xr, &wr, C, 1e-6f, yr);
+    Tensor xb = make(be(), T, C, x), db = make(be(), T, C, d), yb = be().alloc(T, C);
+    be().add_rms_norm(xb, db, wb, 1e-6f, yb);
+    expect_bitwise(read(be(), xb), read(ref(), xr), "add_rms_norm: x + delta vs cpu");
+    expect_bitwise(read(be(), yb), read(ref(), yr), "add_rms_norm: the norm vs cpu");
+    // T one-row calls give the window's bits.
+    Tensor x1 = make(be(), T, C, x), y1 = be().alloc(T, C);
+    for (int64_t t = 0; t < T; ++t)
+      be().add_rms_norm(x1.rows_view(t, 1), db.rows_view(t, 1), wb, 1e-6f, y1.rows_view(t, 1));
+    expect_bitwise(read(be(), x1), read(be(), xb), "add_rms_norm: x, T rows vs one-row calls");
+    expect_bitwise(read(be(), y1), read(be(), yb), "add_rms_norm: y, T rows vs one-row calls");
+  }
+  HostTensor gain = f32_tensor("norm.weight", {2048}, normal_floats(2048, 3));
+  const Weight wb = be().weight(gain.info);
+  Tensor xt = be().alloc(2, 2048), yt = be().alloc(2, 2048);
+  expect_throws_naming([&] { be().add_rms_norm(xt, xt.rows_view(0, 1), wb, 1e-6f, yt); }, "add");
+  expect_throws_naming([&] { be().add_rms_norm(xt, xt, wb, 1e-6f, yt.cols_view(0, 1024)); },
+                       "rms_norm");
 }
 
 TEST_P(Ops, RopeNeox) {

@@ -194,9 +194,21 @@ class Backend {
   virtual void signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t group, float scale,
                                Tensor y) = 0;
   virtual void add(const Tensor& a, const Tensor& b, Tensor y) = 0;
+  // The residual add and the norm after it: x += delta, then y = rms_norm(x, w) over all of x's
+  // columns. A backend may do both in one pass; the bits are those of add then rms_norm.
+  virtual void add_rms_norm(Tensor x, const Tensor& delta, const Weight& w, float eps, Tensor y) {
+    add(x, delta, x);
+    rms_norm(x, &w, x.cols, eps, y);
+  }
   virtual void scale(const Tensor& x, float s, Tensor y) = 0;
   // y = x * sigmoid(gate); gate has x's shape, or one column (a per-row gate).
   virtual void mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) = 0;
+  // y += x * sigmoid(gate), gate as in mul_sigmoid (the shared expert's gated add into the routed
+  // sum). x is scratch: a backend may leave it scaled.
+  virtual void add_mul_sigmoid(Tensor y, Tensor x, const Tensor& gate) {
+    mul_sigmoid(x, gate, x);
+    add(y, x, y);
+  }
   // y = silu(gate) * up.
   virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor y) = 0;
   // Each row of x is n_groups groups, each the concatenation of parts of the given widths;
@@ -257,6 +269,14 @@ class Backend {
   // = z > 20 ? z : log1p(exp(z)) (torch's threshold); ssm_a and dt_bias F32 [n_heads].
   virtual void ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a,
                          Tensor g) = 0;
+  // Both gates of the delta rule: beta = sigmoid(b) (as mul_sigmoid of ones) and g = ssm_decay(a),
+  // in one op where a backend can.
+  virtual void ssm_gates(const Tensor& b, const Tensor& a, const Weight& dt_bias,
+                         const Weight& ssm_a, Tensor beta, Tensor g) {
+    fill(beta, 1.0f);
+    mul_sigmoid(beta, b, beta);
+    ssm_decay(a, dt_bias, ssm_a, g);
+  }
 
   // Router: softmax over logits, top-k (k = experts.cols; ties: lower expert id), optionally
   // renormalised over the chosen k, into experts [T, k] and weights [T, k] in backend memory.

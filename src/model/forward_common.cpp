@@ -70,6 +70,12 @@ Tensor norm(Window& w, const Tensor& x, const backend::Weight& g) {
   return y;
 }
 
+Tensor add_norm(Window& w, Tensor x, const Tensor& delta, const backend::Weight& g) {
+  Tensor y = w.tmp(x.rows, x.cols);
+  w.be.add_rms_norm(x, delta, g, float(w.c.rms_eps), y);
+  return y;
+}
+
 namespace {
 
 // Read-ahead: layer il + 1's router applied to layer il's MoE input is a cheap guess at the
@@ -147,8 +153,7 @@ Tensor moe(Window& w, int64_t il, const Tensor& x) {
   // F.sigmoid(self.shared_expert_gate(hidden_states)) * shared_expert_output
   Tensor shared_gate = w.tmp(w.T, 1);
   be.matmul(L.ffn_gate_inp_shexp, x, shared_gate);
-  be.mul_sigmoid(shared, shared_gate, shared);
-  be.add(y, shared, y);  // expert_output + shared_expert_output
+  be.add_mul_sigmoid(y, shared, shared_gate);  // expert_output + shared_expert_output
   return y;
 }
 

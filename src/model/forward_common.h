@@ -97,6 +97,8 @@ LayerFn layer_function(Arch arch);
 
 // RMSNorm over the hidden size with gain g (F32 [n_embd]).
 Tensor norm(Window& w, const Tensor& x, const backend::Weight& g);
+// The residual stream's add and the norm after it: x += delta, then norm(x) (one backend op).
+Tensor add_norm(Window& w, Tensor x, const Tensor& delta, const backend::Weight& g);
 
 // Qwen3NextGatedDeltaNet (qwen3next.cpp; qwen4exp uses it too): x [T, n_embd] -> [T, n_embd].
 Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x);

@@ -44,9 +44,8 @@ void qwen3moe_layer(Window& w, int64_t il, Tensor x) {
   w.dump("attn_norm", il, h);
   Tensor a = per_sequence(w, h, [il](Window& s, const Tensor& rows) { return attention(s, il, rows); });  // self_attn(...)
   w.dump("attn_out", il, a);
-  w.be.add(x, a, x);  // residual + hidden_states
+  h = add_norm(w, x, a, L.ffn_norm);  // residual + ...; post_attention_layernorm(...)
   w.dump("ffn_inp", il, x);
-  h = norm(w, x, L.ffn_norm);  // post_attention_layernorm(hidden_states)
   w.dump("ffn_norm", il, h);
   Tensor m = moe(w, il, h);  // mlp(hidden_states)
   w.dump("moe_out", il, m);

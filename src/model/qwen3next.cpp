@@ -95,20 +95,17 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   if (w.journal) w.journal->conv(st.conv, qkv, L.ssm_conv1d, 1);
   be.conv1d_silu(qkv, st.conv, L.ssm_conv1d, conv);  // causal_conv1d_fn(..., activation="silu")
   w.dump("gdn_conv", il, conv);
-  // torch.split(mixed_qkv, [key_dim, key_dim, value_dim])
-  const Tensor q = conv.cols_view(0, kd);
-  const Tensor k = conv.cols_view(kd, kd);
+  // torch.split(mixed_qkv, [key_dim, key_dim, value_dim]): q and k are conv's first 2 kd columns
   const Tensor v = conv.cols_view(2 * kd, vd);
-  Tensor beta = w.tmp(w.T, gv);
-  be.fill(beta, 1.0f);
-  be.mul_sigmoid(beta, b, beta);  // beta = b.sigmoid()
-  Tensor g = w.tmp(w.T, gv);
-  be.ssm_decay(a, L.ssm_dt, L.ssm_a, g);  // g = -self.A_log.exp() * F.softplus(a + self.dt_bias)
+  Tensor beta = w.tmp(w.T, gv), g = w.tmp(w.T, gv);
+  // beta = b.sigmoid(); g = -self.A_log.exp() * F.softplus(a + self.dt_bias)
+  be.ssm_gates(b, a, L.ssm_dt, L.ssm_a, beta, g);
   // torch_*_gated_delta_rule(use_qk_l2norm_in_kernel=True): l2norm(q), l2norm(k), q * dk^-0.5
-  Tensor qn = w.tmp(w.T, kd), kn = w.tmp(w.T, kd);
-  be.l2_norm(q, s, 1e-6f, qn);
+  Tensor qkn = w.tmp(w.T, 2 * kd);
+  be.l2_norm(conv.cols_view(0, 2 * kd), s, 1e-6f, qkn);
+  Tensor qn = qkn.cols_view(0, kd);
+  const Tensor kn = qkn.cols_view(kd, kd);
   be.scale(qn, 1.0f / std::sqrt(float(s)), qn);
-  be.l2_norm(k, s, 1e-6f, kn);
   Tensor core = w.tmp(w.T, vd);
   // q and k stay at their Gk heads: the op reads head g of value head h as the reference's
   // repeat_interleave (Qwen3-Next) or tile (the others) would have put it there.
@@ -137,9 +134,8 @@ void qwen3next_layer(Window& w, int64_t il, Tensor x) {
                              : gated_attention(s, il, rows);  // self_attn(...)
   });
   w.dump("attn_out", il, a);
-  w.be.add(x, a, x);  // residual + hidden_states
+  h = add_norm(w, x, a, L.post_attention_norm);  // residual + ...; post_attention_layernorm(...)
   w.dump("ffn_inp", il, x);
-  h = norm(w, x, L.post_attention_norm);  // post_attention_layernorm(hidden_states)
   w.dump("ffn_norm", il, h);
   Tensor m = moe(w, il, h);  // mlp(hidden_states)
   w.dump("moe_out", il, m);

@@ -8,6 +8,7 @@
 // util/half.h's conversion.
 #include "backend/cuda/act_q.cuh"
 #include "backend/cuda/check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/launch.h"
 
 namespace strata::cuda::detail {
@@ -20,6 +21,7 @@ constexpr int kThreads = 256;
 __global__ void __launch_bounds__(kThreads)
     quantize_q8_k(const float* __restrict__ x, int64_t x_stride, int64_t cols, int tokens,
                   uint8_t* __restrict__ out, size_t stride) {
+  await_previous_kernel();
   const int lane = threadIdx.x % 32;
   const int64_t nb = cols / 256, total = nb * tokens;
   const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);
@@ -35,6 +37,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     quantize_q8_0(const float* __restrict__ x, int64_t x_stride, int64_t cols, int tokens,
                   uint8_t* __restrict__ out, size_t stride) {
+  await_previous_kernel();
   const int lane = threadIdx.x % 32;
   const int64_t nb = cols / 32, total = nb * tokens;
   const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);
@@ -78,15 +81,15 @@ void launch_quantize_act(quant::ActFormat f, const float* x, int64_t cols, int t
     case quant::ActFormat::Q8_K: {
       const int64_t tasks = cols / 256 * tokens;
       const int64_t grid = (tasks + warps_per_block - 1) / warps_per_block;
-      quantize_q8_k<<<int(grid < limits.max_blocks ? grid : limits.max_blocks), kThreads, 0,
-                      stream>>>(x, x_stride, cols, tokens, o, out_stride);
+      launch_kernel(quantize_q8_k, int(grid < limits.max_blocks ? grid : limits.max_blocks),
+                    kThreads, 0, stream, x, x_stride, cols, tokens, o, out_stride);
       break;
     }
     case quant::ActFormat::Q8_0: {
       const int64_t tasks = (cols / 32 * tokens + 3) / 4;
       const int64_t grid = (tasks + warps_per_block - 1) / warps_per_block;
-      quantize_q8_0<<<int(grid < limits.max_blocks ? grid : limits.max_blocks), kThreads, 0,
-                      stream>>>(x, x_stride, cols, tokens, o, out_stride);
+      launch_kernel(quantize_q8_0, int(grid < limits.max_blocks ? grid : limits.max_blocks),
+                    kThreads, 0, stream, x, x_stride, cols, tokens, o, out_stride);
       break;
     }
   }

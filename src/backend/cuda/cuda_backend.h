@@ -202,8 +202,11 @@ class CudaBackend : public Backend {
   void signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t group, float scale,
                        Tensor y) override;
   void add(const Tensor& a, const Tensor& b, Tensor y) override;
+  void add_rms_norm(Tensor x, const Tensor& delta, const Weight& w, float eps,
+                    Tensor y) override;
   void scale(const Tensor& x, float s, Tensor y) override;
   void mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) override;
+  void add_mul_sigmoid(Tensor y, Tensor x, const Tensor& gate) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor y) override;
   void split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> widths,
                     std::span<Tensor> outs) override;
@@ -229,6 +232,8 @@ class CudaBackend : public Backend {
                         const Tensor& beta, Tensor state, int64_t n_heads,
                         backend::HeadRepeat repeat, Tensor y) override;
   void ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a, Tensor g) override;
+  void ssm_gates(const Tensor& b, const Tensor& a, const Weight& dt_bias, const Weight& ssm_a,
+                 Tensor beta, Tensor g) override;
   void route_softmax_topk(const Tensor& logits, bool renormalize, Ids experts,
                           Tensor weights) override;
   void moe_experts(const Tensor& x, const Ids& experts, const Tensor& weights,

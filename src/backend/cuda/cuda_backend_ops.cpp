@@ -26,6 +26,30 @@ void check_f32_weight(const char* op, const Weight& w) {
   require(w.type == quant::Type::F32 && w.data, op, "the weight must be F32 with data");
 }
 
+// y = x * sigmoid(gate) and y += x * sigmoid(gate): gate has x's shape or one column.
+void check_sigmoid_gate(const char* op, const Tensor& x, const Tensor& gate, const Tensor& y) {
+  check_tensor(op, "x", x);
+  check_tensor(op, "gate", gate);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  require(gate.rows == x.rows && (gate.cols == x.cols || gate.cols == 1), op, "gate ", shape(gate),
+          " must be ", shape(x), " or [", x.rows, " x 1]");
+}
+
+// g = ssm_a * softplus(a + dt_bias): a and g [T, heads], dt_bias and ssm_a F32 [heads].
+void check_decay(const char* op, const CudaBackend::Impl& impl, const Tensor& a,
+                 const Weight& dt_bias, const Weight& ssm_a, const Tensor& g) {
+  check_tensor(op, "a", a);
+  check_tensor(op, "g", g);
+  check_same_shape(op, "a", a, "g", g);
+  for (const Weight* w : {&dt_bias, &ssm_a}) {
+    check_f32_weight(op, *w);
+    require(w->rows * w->cols == a.cols, op, "dt_bias and ssm_a need ", a.cols,
+            " values (one per head), not ", w->rows * w->cols);
+    impl.check_device_weight(op, w == &dt_bias ? "dt_bias" : "ssm_a", *w);
+  }
+}
+
 }  // namespace
 
 void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) {
@@ -88,6 +112,24 @@ void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor y) {
   detail::launch_add(impl_->ctx, a, b, y);
 }
 
+void CudaBackend::add_rms_norm(Tensor x, const Tensor& delta, const Weight& w, float eps,
+                               Tensor y) {
+  if (!detail::fuses_add_rms_norm(x.cols)) return Backend::add_rms_norm(x, delta, w, eps, y);
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  constexpr const char* op = "add_rms_norm";
+  check_tensor(op, "x", x);
+  check_tensor(op, "delta", delta);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "delta", delta);
+  check_same_shape(op, "x", x, "y", y);
+  check_f32_weight(op, w);
+  require(w.rows * w.cols == x.cols, op, "the weight has ", w.rows * w.cols,
+          " values but x has ", x.cols, " columns");
+  impl_->check_device_weight(op, "the weight", w);
+  detail::launch_add_rms_norm(impl_->ctx, x, delta, static_cast<const float*>(w.data), eps, y);
+}
+
 void CudaBackend::scale(const Tensor& x, float s, Tensor y) {
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
@@ -102,13 +144,15 @@ void CudaBackend::mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) {
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
   constexpr const char* op = "mul_sigmoid";
-  check_tensor(op, "x", x);
-  check_tensor(op, "gate", gate);
-  check_tensor(op, "y", y);
-  check_same_shape(op, "x", x, "y", y);
-  require(gate.rows == x.rows && (gate.cols == x.cols || gate.cols == 1), op, "gate ", shape(gate),
-          " must be ", shape(x), " or [", x.rows, " x 1]");
+  check_sigmoid_gate(op, x, gate, y);
   detail::launch_mul_sigmoid(impl_->ctx, x, gate, y);
+}
+
+void CudaBackend::add_mul_sigmoid(Tensor y, Tensor x, const Tensor& gate) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  check_sigmoid_gate("add_mul_sigmoid", x, gate, y);
+  detail::launch_add_mul_sigmoid(impl_->ctx, y, x, gate);
 }
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor y) {
@@ -360,18 +404,23 @@ void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tenso
 void CudaBackend::ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a, Tensor g) {
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
-  constexpr const char* op = "ssm_decay";
-  check_tensor(op, "a", a);
-  check_tensor(op, "g", g);
-  check_same_shape(op, "a", a, "g", g);
-  for (const Weight* w : {&dt_bias, &ssm_a}) {
-    check_f32_weight(op, *w);
-    require(w->rows * w->cols == a.cols, op, "dt_bias and ssm_a need ", a.cols,
-            " values (one per head), not ", w->rows * w->cols);
-    impl_->check_device_weight(op, w == &dt_bias ? "dt_bias" : "ssm_a", *w);
-  }
+  check_decay("ssm_decay", *impl_, a, dt_bias, ssm_a, g);
   detail::launch_ssm_decay(impl_->ctx, a, static_cast<const float*>(dt_bias.data),
                            static_cast<const float*>(ssm_a.data), g);
+}
+
+void CudaBackend::ssm_gates(const Tensor& b, const Tensor& a, const Weight& dt_bias,
+                            const Weight& ssm_a, Tensor beta, Tensor g) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  constexpr const char* op = "ssm_gates";
+  check_decay(op, *impl_, a, dt_bias, ssm_a, g);
+  check_tensor(op, "b", b);
+  check_tensor(op, "beta", beta);
+  check_same_shape(op, "a", a, "b", b);
+  check_same_shape(op, "a", a, "beta", beta);
+  detail::launch_ssm_gates(impl_->ctx, b, a, static_cast<const float*>(dt_bias.data),
+                           static_cast<const float*>(ssm_a.data), beta, g);
 }
 
 }  // namespace strata::backend

@@ -1,5 +1,6 @@
 // Dequantize: blocks of any weight format -> fp32, one thread per group of 8 elements.
 #include "backend/cuda/check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/decode.cuh"
 #include "backend/cuda/launch.h"
 
@@ -13,6 +14,7 @@ template <typename D>
 __global__ void __launch_bounds__(kThreads)
     dequantize_kernel(const uint8_t* __restrict__ blocks, float* __restrict__ out, int64_t groups,
                       DecodeTables tables) {
+  await_previous_kernel();
   constexpr int kGroups = D::kElems / 8;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < groups; i += stride) {
@@ -41,8 +43,8 @@ void launch_dequantize(quant::Type t, const void* blocks, float* out, int64_t n,
     if (groups == 0) return;
     const int64_t blocks_needed = (groups + kThreads - 1) / kThreads;
     const int grid = int(blocks_needed < limits.max_blocks ? blocks_needed : limits.max_blocks);
-    dequantize_kernel<D>
-        <<<grid, kThreads, 0, stream>>>(static_cast<const uint8_t*>(blocks), out, groups, tables);
+    launch_kernel(dequantize_kernel<D>, grid, kThreads, 0, stream,
+                  static_cast<const uint8_t*>(blocks), out, groups, tables);
     check(cudaGetLastError(), "dequantize launch");
   });
   if (!known) fail("CUDA dequantize: no decoder for tensor type ", quant::type_name(t));

@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/decode.cuh"
 #include "backend/cuda/launch.h"
 
@@ -34,6 +35,7 @@ template <typename D>
 __global__ void __launch_bounds__(kThreads)
     matvec_kernel(const uint8_t* __restrict__ w, size_t row_stride, int64_t rows, int groups,
                   const float* __restrict__ x, float* __restrict__ y, DecodeTables tables) {
+  await_previous_kernel();
   constexpr int kGroups = D::kElems / 8;
   static_assert(32 % kGroups == 0, "a warp step must cover whole blocks");
   // Group g = lane + 32 k of the row is group lane % kGroups of block lane / kGroups + k * (32 /
@@ -92,8 +94,8 @@ void launch_matvec(quant::Type t, const void* w, size_t row_stride, int64_t rows
     if (rows == 0) return;
     const int64_t blocks_needed = (rows + kWarps - 1) / kWarps;
     const int grid = int(blocks_needed < limits.max_blocks ? blocks_needed : limits.max_blocks);
-    matvec_kernel<D><<<grid, kThreads, 0, stream>>>(static_cast<const uint8_t*>(w), row_stride,
-                                                    rows, int(cols / 8), x, y, tables);
+    launch_kernel(matvec_kernel<D>, grid, kThreads, 0, stream, static_cast<const uint8_t*>(w),
+                  row_stride, rows, int(cols / 8), x, y, tables);
     check(cudaGetLastError(), "matvec launch");
   });
   if (!known) fail("CUDA matvec: no decoder for tensor type ", quant::type_name(t));

@@ -30,6 +30,7 @@
 
 #include "backend/cuda/act_q.cuh"
 #include "backend/cuda/check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/ops.h"
 
@@ -324,6 +325,7 @@ __device__ __forceinline__ void run_row_groups(uint8_t* smem, Args& a, int64_t s
 
 template <class K>
 __global__ void __launch_bounds__(kThreads) matvec_q_kernel(Args a) {
+  await_previous_kernel();
   extern __shared__ __align__(16) uint8_t smem[];
   K::init_shared(smem, a);
   run_row_groups<K, false>(smem, a, a.nb);
@@ -350,6 +352,7 @@ __host__ __device__ inline int64_t moe_stage_blocks(const MoeQLaunch& l) {
 // the compiler's own choice, 122 registers, allowed 4.)
 template <class K>
 __global__ void __launch_bounds__(kThreads, K::kMoeMinCtas) moe_q_kernel(const MoeQLaunch l) {
+  await_previous_kernel();
   extern __shared__ __align__(16) uint8_t smem[];
   Args a{};
   a.iq2xs_grid = l.tables.iq2xs_grid;
@@ -447,7 +450,7 @@ void launch(const MatvecQLaunch& l) {
   const int64_t resident =
       int64_t(resident_ctas<K, matvec_q_kernel<K>>(l.device, smem)) * l.sm_count;
   const int grid = int(groups < resident ? groups : resident);
-  matvec_q_kernel<K><<<grid, kThreads, smem, l.stream>>>(a);
+  launch_kernel(matvec_q_kernel<K>, grid, kThreads, smem, l.stream, a);
   check(cudaGetLastError(), "matvec_q launch");
 }
 
@@ -469,7 +472,7 @@ void launch_moe(const MoeQLaunch& l) {
     const int64_t rounds = (groups + per_matrix - 1) / per_matrix;
     const int64_t gx = (groups + rounds - 1) / rounds;
     const dim3 grid(unsigned(gx), unsigned(pairs), unsigned(l.n_matrices));
-    moe_q_kernel<K><<<grid, kThreads, smem, l.stream>>>(part);
+    launch_kernel(moe_q_kernel<K>, grid, kThreads, smem, l.stream, part);
     check(cudaGetLastError(), "moe_q launch");
   }
 }

@@ -47,6 +47,9 @@ void launch_add(const DeviceContext& ctx, const Tensor& a, const Tensor& b, Tens
 void launch_scale(const DeviceContext& ctx, const Tensor& x, float s, Tensor y);
 // gate: x's shape, or one column (per_row).
 void launch_mul_sigmoid(const DeviceContext& ctx, const Tensor& x, const Tensor& gate, Tensor y);
+// y += x * sigmoid(gate); gate as for launch_mul_sigmoid.
+void launch_add_mul_sigmoid(const DeviceContext& ctx, Tensor y, const Tensor& x,
+                            const Tensor& gate);
 void launch_swiglu(const DeviceContext& ctx, const Tensor& gate, const Tensor& up, Tensor y);
 
 constexpr int kMaxSplitParts = 8;
@@ -64,6 +67,11 @@ void launch_split_groups(const DeviceContext& ctx, const Tensor& x, int64_t n_gr
 // w: `group` floats or null.
 void launch_rms_norm(const DeviceContext& ctx, const Tensor& x, const float* w, int64_t group,
                      float eps, Tensor y);
+// x += delta, then y = rms_norm(x, w) over x's columns, in one kernel, for the widths
+// fuses_add_rms_norm accepts (w: x.cols floats).
+bool fuses_add_rms_norm(int64_t cols);
+void launch_add_rms_norm(const DeviceContext& ctx, Tensor x, const Tensor& delta, const float* w,
+                         float eps, Tensor y);
 void launch_l2_norm(const DeviceContext& ctx, const Tensor& x, int64_t group, float eps, Tensor y);
 void launch_signed_sqrt_dot(const DeviceContext& ctx, const Tensor& a, const Tensor& b,
                             int64_t group, float scale, Tensor y);
@@ -118,6 +126,9 @@ void launch_gated_delta_rule(const DeviceContext& ctx, const Tensor& q, const Te
                              int64_t n_heads, int64_t qk_div, int64_t qk_mod, Tensor y);
 void launch_ssm_decay(const DeviceContext& ctx, const Tensor& a, const float* dt_bias,
                       const float* ssm_a, Tensor g);
+// beta = sigmoid(b), g as launch_ssm_decay, in one kernel.
+void launch_ssm_gates(const DeviceContext& ctx, const Tensor& b, const Tensor& a,
+                      const float* dt_bias, const float* ssm_a, Tensor beta, Tensor g);
 
 // ops_matmul.cu -----------------------------------------------------------------------------------
 

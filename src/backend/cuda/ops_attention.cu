@@ -8,6 +8,7 @@
 // for bit; the outputs differ from the CPU's one serial pass only by expf's rounding and the merge.
 #include <algorithm>
 #include "backend/cuda/check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/ops_common.cuh"
 
@@ -23,6 +24,7 @@ __global__ void kv_write_kernel(float* kc, int64_t kc_stride, float* vc, int64_t
                                 const float* __restrict__ v, int64_t v_stride, int64_t v_cols,
                                 int64_t rows, const int32_t* __restrict__ positions,
                                 int64_t cache_rows) {
+  await_previous_kernel();
   const int64_t width = k_cols + v_cols, n = rows * width;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += int64_t(gridDim.x) * blockDim.x) {
@@ -67,6 +69,7 @@ __global__ void __launch_bounds__(kSplit * 32)
                      int64_t kc_stride, const float* __restrict__ vc, int64_t vc_stride,
                      AttendRows rows_of, int64_t rows, int64_t n_head, int64_t group,
                      int64_t head_dim, float scale, float* __restrict__ y, int64_t y_stride) {
+  await_previous_kernel();
   constexpr int kChain = kHD / 16;  // dims per lane in the score's lane order
   constexpr int kAcc = kHD / 32;    // dims per lane of the accumulator
   __shared__ float slice_m[kSplit], slice_l[kSplit], slice_acc[kSplit][kHD];
@@ -177,6 +180,7 @@ __global__ void __launch_bounds__(kThreads)
                         const int32_t* __restrict__ counts, const int32_t* __restrict__ positions,
                         int64_t block, int64_t rows, int64_t n_head, int64_t head_dim, float scale,
                         float* __restrict__ y, int64_t y_stride, int64_t y_cols) {
+  await_previous_kernel();
   const int lane = threadIdx.x & 31, half = lane >> 4;
   const int64_t units = rows * y_cols;
   for (int64_t u = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; u < units;
@@ -201,9 +205,9 @@ void launch_attention_hd(const DeviceContext& ctx, const Tensor& q, const Tensor
                          const Tensor& v_cache, const AttendRows& rows, int64_t n_head,
                          int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) {
   const int grid = grid_for(q.rows * n_head, 1, ctx.limits.max_blocks);
-  attention_kernel<kHD><<<grid, kSplit * 32, 0, ctx.stream>>>(
-      q.data, q.stride, k_cache.data, k_cache.stride, v_cache.data, v_cache.stride, rows, q.rows,
-      n_head, n_head / n_head_kv, head_dim, scale, y.data, y.stride);
+  launch_kernel(attention_kernel<kHD>, grid, kSplit * 32, 0, ctx.stream, q.data, q.stride,
+                k_cache.data, k_cache.stride, v_cache.data, v_cache.stride, rows, q.rows, n_head,
+                n_head / n_head_kv, head_dim, scale, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("attention_kernel");
 }
 
@@ -213,9 +217,10 @@ void launch_kv_write(const DeviceContext& ctx, Tensor k_cache, Tensor v_cache, c
                      const Tensor& v, const int32_t* positions) {
   const int64_t n = k.rows * (k.cols + v.cols);
   if (n == 0) return;
-  kv_write_kernel<<<grid_for(n, 256, ctx.limits.max_blocks), 256, 0, ctx.stream>>>(
-      k_cache.data, k_cache.stride, v_cache.data, v_cache.stride, k.data, k.stride, k.cols, v.data,
-      v.stride, v.cols, k.rows, positions, std::min(k_cache.rows, v_cache.rows));
+  launch_kernel(kv_write_kernel, grid_for(n, 256, ctx.limits.max_blocks), 256, 0, ctx.stream,
+                k_cache.data, k_cache.stride, v_cache.data, v_cache.stride, k.data, k.stride,
+                k.cols, v.data, v.stride, v.cols, k.rows, positions,
+                std::min(k_cache.rows, v_cache.rows));
   STRATA_CUDA_CHECK_LAUNCH("kv_write_kernel");
 }
 
@@ -237,10 +242,9 @@ void launch_block_scores(const DeviceContext& ctx, const Tensor& q, const Tensor
                          const int32_t* counts, const int32_t* positions, int64_t block,
                          int64_t n_head, int64_t head_dim, float scale, Tensor y) {
   if (y.rows == 0 || y.cols == 0) return;
-  block_scores_kernel<<<grid_for(y.rows * y.cols, kWarps, ctx.limits.max_blocks), kThreads, 0,
-                        ctx.stream>>>(q.data, q.stride, keys.data, keys.stride, counts, positions,
-                                      block, y.rows, n_head, head_dim, scale, y.data, y.stride,
-                                      y.cols);
+  launch_kernel(block_scores_kernel, grid_for(y.rows * y.cols, kWarps, ctx.limits.max_blocks),
+                kThreads, 0, ctx.stream, q.data, q.stride, keys.data, keys.stride, counts,
+                positions, block, y.rows, n_head, head_dim, scale, y.data, y.stride, y.cols);
   STRATA_CUDA_CHECK_LAUNCH("block_scores_kernel");
 }
 

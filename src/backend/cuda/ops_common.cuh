@@ -77,6 +77,11 @@ __device__ __forceinline__ void quantize_block_warp(float (&v)[kPerLane], ActQua
     v[i] = __fmul_rn(float(__float2int_rn(__fmul_rn(v[i], mul))), scale);
 }
 
+// 1 / (1 + e^-g), the CPU's sigmoid (up to expf's rounding).
+__device__ __forceinline__ float sigmoid_value(float g) {
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
+}
+
 // silu(g) * u as the CPU computes it: (g / (1 + e^-g)) * u.
 __device__ __forceinline__ float swiglu_value(float g, float u) {
   return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);

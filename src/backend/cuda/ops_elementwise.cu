@@ -1,6 +1,7 @@
 // Element-wise ops: one thread per output element, the CPU's expressions operation for operation
 // (add, scale and the copies are bitwise the CPU's; the sigmoid ops differ only by expf's rounding).
 #include "backend/cuda/check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/ops_common.cuh"
 
@@ -30,37 +31,53 @@ __device__ __forceinline__ void for_elements(int64_t rows, int64_t cols, Fn fn) 
 }
 
 __global__ void fill_kernel(Mat t, int64_t rows, float value) {
+  await_previous_kernel();
   for_elements(rows, t.cols, [&](int64_t r, int64_t c) { t.at(r, c) = value; });
 }
 
 __global__ void copy_kernel(Mat src, Mat dst, int64_t rows) {
+  await_previous_kernel();
   for_elements(rows, src.cols, [&](int64_t r, int64_t c) { dst.at(r, c) = src.at(r, c); });
 }
 
 __global__ void add_kernel(Mat a, Mat b, Mat y, int64_t rows) {
+  await_previous_kernel();
   for_elements(rows, a.cols,
                [&](int64_t r, int64_t c) { y.at(r, c) = __fadd_rn(a.at(r, c), b.at(r, c)); });
 }
 
 __global__ void scale_kernel(Mat x, float s, Mat y, int64_t rows) {
+  await_previous_kernel();
   for_elements(rows, x.cols, [&](int64_t r, int64_t c) { y.at(r, c) = __fmul_rn(x.at(r, c), s); });
 }
 
 // y = x * (1 / (1 + e^-gate)); a one-column gate scales its whole row.
 __global__ void mul_sigmoid_kernel(Mat x, Mat gate, bool per_row, Mat y, int64_t rows) {
+  await_previous_kernel();
   for_elements(rows, x.cols, [&](int64_t r, int64_t c) {
     const float g = gate.at(r, per_row ? 0 : c);
-    y.at(r, c) = __fmul_rn(x.at(r, c), __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g))));
+    y.at(r, c) = __fmul_rn(x.at(r, c), sigmoid_value(g));
+  });
+}
+
+// y += x * sigmoid(gate) (mul_sigmoid then add, in one pass: the same bits).
+__global__ void add_mul_sigmoid_kernel(Mat y, Mat x, Mat gate, bool per_row, int64_t rows) {
+  await_previous_kernel();
+  for_elements(rows, x.cols, [&](int64_t r, int64_t c) {
+    const float g = gate.at(r, per_row ? 0 : c);
+    y.at(r, c) = __fadd_rn(y.at(r, c), __fmul_rn(x.at(r, c), sigmoid_value(g)));
   });
 }
 
 __global__ void swiglu_kernel(Mat gate, Mat up, Mat y, int64_t rows) {
+  await_previous_kernel();
   for_elements(rows, gate.cols,
                [&](int64_t r, int64_t c) { y.at(r, c) = swiglu_value(gate.at(r, c), up.at(r, c)); });
 }
 
 // Column c of x's row belongs to group c / group_width, part by the offset inside the group.
 __global__ void split_groups_kernel(Mat x, int64_t rows, int64_t group_width, SplitParts parts) {
+  await_previous_kernel();
   for_elements(rows, x.cols, [&](int64_t r, int64_t c) {
     const int64_t g = c / group_width;
     int64_t off = c % group_width;
@@ -80,48 +97,56 @@ bool empty(const Tensor& t) { return t.rows == 0 || t.cols == 0; }
 
 void launch_fill(const DeviceContext& ctx, Tensor t, float value) {
   if (empty(t)) return;
-  fill_kernel<<<grid(ctx, t), kThreads, 0, ctx.stream>>>(mat(t), t.rows, value);
+  launch_kernel(fill_kernel, grid(ctx, t), kThreads, 0, ctx.stream, mat(t), t.rows, value);
   STRATA_CUDA_CHECK_LAUNCH("fill_kernel");
 }
 
 void launch_copy(const DeviceContext& ctx, const Tensor& src, Tensor dst) {
   if (empty(src)) return;
-  copy_kernel<<<grid(ctx, src), kThreads, 0, ctx.stream>>>(mat(src), mat(dst), src.rows);
+  launch_kernel(copy_kernel, grid(ctx, src), kThreads, 0, ctx.stream, mat(src), mat(dst), src.rows);
   STRATA_CUDA_CHECK_LAUNCH("copy_kernel");
 }
 
 void launch_add(const DeviceContext& ctx, const Tensor& a, const Tensor& b, Tensor y) {
   if (empty(a)) return;
-  add_kernel<<<grid(ctx, a), kThreads, 0, ctx.stream>>>(mat(a), mat(b), mat(y), a.rows);
+  launch_kernel(add_kernel, grid(ctx, a), kThreads, 0, ctx.stream, mat(a), mat(b), mat(y), a.rows);
   STRATA_CUDA_CHECK_LAUNCH("add_kernel");
 }
 
 void launch_scale(const DeviceContext& ctx, const Tensor& x, float s, Tensor y) {
   if (empty(x)) return;
-  scale_kernel<<<grid(ctx, x), kThreads, 0, ctx.stream>>>(mat(x), s, mat(y), x.rows);
+  launch_kernel(scale_kernel, grid(ctx, x), kThreads, 0, ctx.stream, mat(x), s, mat(y), x.rows);
   STRATA_CUDA_CHECK_LAUNCH("scale_kernel");
 }
 
 void launch_mul_sigmoid(const DeviceContext& ctx, const Tensor& x, const Tensor& gate, Tensor y) {
   if (empty(x)) return;
   const bool per_row = gate.cols == 1 && x.cols != 1;
-  mul_sigmoid_kernel<<<grid(ctx, x), kThreads, 0, ctx.stream>>>(mat(x), mat(gate), per_row, mat(y),
-                                                                 x.rows);
+  launch_kernel(mul_sigmoid_kernel, grid(ctx, x), kThreads, 0, ctx.stream, mat(x), mat(gate),
+                per_row, mat(y), x.rows);
   STRATA_CUDA_CHECK_LAUNCH("mul_sigmoid_kernel");
+}
+
+void launch_add_mul_sigmoid(const DeviceContext& ctx, Tensor y, const Tensor& x,
+                            const Tensor& gate) {
+  if (empty(x)) return;
+  launch_kernel(add_mul_sigmoid_kernel, grid(ctx, x), kThreads, 0, ctx.stream, mat(y), mat(x),
+                mat(gate), gate.cols == 1 && x.cols != 1, x.rows);
+  STRATA_CUDA_CHECK_LAUNCH("add_mul_sigmoid_kernel");
 }
 
 void launch_swiglu(const DeviceContext& ctx, const Tensor& gate, const Tensor& up, Tensor y) {
   if (empty(gate)) return;
-  swiglu_kernel<<<grid(ctx, gate), kThreads, 0, ctx.stream>>>(mat(gate), mat(up), mat(y),
-                                                              gate.rows);
+  launch_kernel(swiglu_kernel, grid(ctx, gate), kThreads, 0, ctx.stream, mat(gate), mat(up), mat(y),
+                gate.rows);
   STRATA_CUDA_CHECK_LAUNCH("swiglu_kernel");
 }
 
 void launch_split_groups(const DeviceContext& ctx, const Tensor& x, int64_t n_groups,
                          const SplitParts& parts) {
   if (empty(x)) return;
-  split_groups_kernel<<<grid(ctx, x), kThreads, 0, ctx.stream>>>(mat(x), x.rows, x.cols / n_groups,
-                                                                  parts);
+  launch_kernel(split_groups_kernel, grid(ctx, x), kThreads, 0, ctx.stream, mat(x), x.rows,
+                x.cols / n_groups, parts);
   STRATA_CUDA_CHECK_LAUNCH("split_groups_kernel");
 }
 

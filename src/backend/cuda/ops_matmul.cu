@@ -8,6 +8,7 @@
 #include <climits>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/decode.cuh"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/ops_common.cuh"
@@ -25,6 +26,7 @@ template <int kPerLane>
 __global__ void __launch_bounds__(kThreads)
     quantize_act_kernel(const float* __restrict__ x, int64_t x_stride, int64_t rows, int64_t cols,
                         ActQuant mode, float* __restrict__ out) {
+  await_previous_kernel();
   constexpr int kBlock = 32 * kPerLane;
   const int lane = threadIdx.x & 31;
   const int64_t per_row = cols / kBlock, units = rows * per_row;
@@ -46,6 +48,7 @@ __global__ void __launch_bounds__(kThreads)
     matmul_kernel(const uint8_t* __restrict__ w, size_t row_stride, int64_t rows, int groups,
                   const float* __restrict__ act, int64_t act_stride, int64_t n_act,
                   float* __restrict__ y, int64_t y_stride, DecodeTables tables) {
+  await_previous_kernel();
   const int64_t passes = (n_act + kActsPerPass - 1) / kActsPerPass;
   for (int64_t pass = blockIdx.y; pass < passes; pass += gridDim.y) {
     const int64_t first = pass * kActsPerPass;
@@ -65,6 +68,7 @@ template <typename D>
 __global__ void get_rows_kernel(const uint8_t* __restrict__ table, size_t row_stride, int64_t cols,
                                 const int32_t* __restrict__ ids, int64_t table_rows, int64_t rows,
                                 float* __restrict__ y, int64_t y_stride, DecodeTables tables) {
+  await_previous_kernel();
   constexpr int kGroups = D::kElems / 8;
   const int64_t groups = cols / 8, n = rows * groups;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
@@ -95,11 +99,11 @@ void launch_quantize_act(const DeviceContext& ctx, quant::ActFormat f, const Ten
   const int per_lane = mode == ActQuant::Q8_K ? 8 : 1;
   const int grid = grid_for(x.rows * x.cols / (32 * per_lane), kWarps, ctx.limits.max_blocks);
   if (per_lane == 8)
-    quantize_act_kernel<8><<<grid, kThreads, 0, ctx.stream>>>(x.data, x.stride, x.rows, x.cols,
-                                                              mode, out);
+    launch_kernel(quantize_act_kernel<8>, grid, kThreads, 0, ctx.stream, x.data, x.stride, x.rows,
+                  x.cols, mode, out);
   else
-    quantize_act_kernel<1><<<grid, kThreads, 0, ctx.stream>>>(x.data, x.stride, x.rows, x.cols,
-                                                              mode, out);
+    launch_kernel(quantize_act_kernel<1>, grid, kThreads, 0, ctx.stream, x.data, x.stride, x.rows,
+                  x.cols, mode, out);
   STRATA_CUDA_CHECK_LAUNCH("quantize_act_kernel");
 }
 
@@ -118,9 +122,9 @@ void launch_matmul(const DeviceContext& ctx, quant::Type t, const void* w, size_
     const int gx = grid_for(rows, kWarps, ctx.limits.max_blocks);
     const int64_t passes = (y.rows + kActsPerPass - 1) / kActsPerPass;
     const dim3 grid(unsigned(gx), unsigned(passes < 65535 ? passes : 65535));
-    matmul_kernel<D><<<grid, kThreads, 0, ctx.stream>>>(static_cast<const uint8_t*>(w), row_stride,
-                                                        rows, int(cols / 8), act, act_stride,
-                                                        y.rows, y.data, y.stride, ctx.tables);
+    launch_kernel(matmul_kernel<D>, grid, kThreads, 0, ctx.stream, static_cast<const uint8_t*>(w),
+                  row_stride, rows, int(cols / 8), act, act_stride, y.rows, y.data, y.stride,
+                  ctx.tables);
     STRATA_CUDA_CHECK_LAUNCH("matmul_kernel");
   });
   if (!known) fail("CUDA matmul: no decoder for weight type ", quant::type_name(t));
@@ -137,9 +141,9 @@ void launch_get_rows(const DeviceContext& ctx, quant::Type t, const void* table,
       fail("CUDA get_rows ", quant::type_name(t), ": the table needs ", int(D::kAlign),
            "-byte alignment");
     if (y.rows == 0 || cols == 0) return;
-    get_rows_kernel<D><<<grid_for(y.rows * cols / 8, 256, ctx.limits.max_blocks), 256, 0,
-                         ctx.stream>>>(static_cast<const uint8_t*>(table), row_stride, cols, ids,
-                                       table_rows, y.rows, y.data, y.stride, ctx.tables);
+    launch_kernel(get_rows_kernel<D>, grid_for(y.rows * cols / 8, 256, ctx.limits.max_blocks), 256,
+                  0, ctx.stream, static_cast<const uint8_t*>(table), row_stride, cols, ids,
+                  table_rows, y.rows, y.data, y.stride, ctx.tables);
     STRATA_CUDA_CHECK_LAUNCH("get_rows_kernel");
   });
   if (!known) fail("CUDA get_rows: no decoder for weight type ", quant::type_name(t));

@@ -19,6 +19,7 @@
 #include <climits>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/decode.cuh"
 #include "backend/cuda/ops.h"
@@ -46,6 +47,7 @@ __device__ __forceinline__ int32_t pair_of(const int32_t* listed, int64_t i) {
 __global__ void __launch_bounds__(kGroupThreads)
     moe_group_kernel(const int32_t* __restrict__ ids, const int32_t* __restrict__ listed,
                      int64_t n_listed, int64_t n_experts, MoeBuffers buf) {
+  await_previous_kernel();
   using Scan = cub::BlockScan<int2, kGroupThreads>;
   __shared__ typename Scan::TempStorage scan;
   __shared__ int2 carry;
@@ -92,6 +94,7 @@ __global__ void __launch_bounds__(kThreads)
     moe_gate_up_kernel(const ExpertEntry* __restrict__ table, int32_t type,
                        const int32_t* __restrict__ listed, int64_t top_k, MoeBuffers buf,
                        DecodeTables tables) {
+  await_previous_kernel();
   const int m = blockIdx.z;
   for (int slot = blockIdx.y; slot < *buf.n_active; slot += gridDim.y) {
     const ExpertEntry& en = table[buf.active[slot]];
@@ -121,6 +124,7 @@ __global__ void __launch_bounds__(kThreads)
     moe_down_kernel(const ExpertEntry* __restrict__ table, int32_t type,
                     const int32_t* __restrict__ listed, MoeBuffers buf, float* __restrict__ out,
                     int64_t out_stride, DecodeTables tables) {
+  await_previous_kernel();
   for (int slot = blockIdx.y; slot < *buf.n_active; slot += gridDim.y) {
     const ExpertEntry& en = table[buf.active[slot]];
     if (en.type[2] != type) continue;
@@ -148,6 +152,7 @@ __global__ void __launch_bounds__(kThreads)
     moe_pair_gate_up_kernel(const ExpertEntry* __restrict__ table, int32_t type,
                             int64_t n_experts, const int32_t* __restrict__ ids, int64_t n_pairs,
                             int64_t top_k, MoeBuffers buf, DecodeTables tables) {
+  await_previous_kernel();
   const int m = blockIdx.z;
   for (int64_t p = blockIdx.y; p < n_pairs; p += gridDim.y) {
     if (ids[p] < 0 || ids[p] >= n_experts) continue;
@@ -172,6 +177,7 @@ __global__ void __launch_bounds__(kThreads)
                                  const int32_t* __restrict__ ids, const float* __restrict__ weights,
                                  int64_t top_k, MoeBuffers buf, float* __restrict__ y,
                                  int64_t y_stride, int64_t cols, DecodeTables tables) {
+  await_previous_kernel();
   const int64_t r = blockIdx.y;
   for (int64_t o = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; o < cols;
        o += int64_t(gridDim.x) * kWarps) {
@@ -220,6 +226,7 @@ __global__ void __launch_bounds__(kThreads)
     moe_hidden_kernel(const ExpertEntry* __restrict__ table, int64_t n_experts,
                       const int32_t* __restrict__ ids, const int32_t* __restrict__ listed,
                       int64_t n_listed, MoeBuffers buf, bool plain) {
+  await_previous_kernel();
   for (int64_t i = blockIdx.x; i < n_listed; i += gridDim.x) {
     const int32_t e = ids[pair_of(listed, i)];
     if (e < 0 || e >= n_experts) continue;
@@ -238,6 +245,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void moe_combine_kernel(const float* __restrict__ weights, int64_t top_k,
                                    const float* __restrict__ out, int64_t out_stride, int64_t rows,
                                    int64_t cols, float* __restrict__ y, int64_t y_stride) {
+  await_previous_kernel();
   const int64_t n = rows * cols;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += int64_t(gridDim.x) * blockDim.x) {
@@ -278,6 +286,7 @@ __device__ __forceinline__ void lane_best(const float* p, int n, uint32_t after_
 __global__ void __launch_bounds__(32)
     route_kernel(const float* __restrict__ logits, int64_t stride, int n, int top_k,
                  bool renormalize, int32_t* __restrict__ experts, float* __restrict__ weights) {
+  await_previous_kernel();
   extern __shared__ float p[];
   int* chosen = reinterpret_cast<int*>(p + n);
   float* chosen_p = p + n + top_k;
@@ -343,8 +352,8 @@ void launch_moe_expert_outputs(const DeviceContext& ctx, const ExpertEntry* tabl
                                const quant::Type* down_types, int n_down_types, int64_t max_ff,
                                const MoeBuffers& buf, Tensor out) {
   if (n_listed == 0) return;
-  moe_group_kernel<<<1, kGroupThreads, 0, ctx.stream>>>(expert_ids, listed, n_listed, n_experts,
-                                                        buf);
+  launch_kernel(moe_group_kernel, 1, kGroupThreads, 0, ctx.stream, expert_ids, listed, n_listed,
+                n_experts, buf);
   STRATA_CUDA_CHECK_LAUNCH("moe_group_kernel");
   quantize_x_layouts(ctx, x, buf);
   const int64_t slots = n_listed < n_experts ? n_listed : n_experts;
@@ -353,20 +362,20 @@ void launch_moe_expert_outputs(const DeviceContext& ctx, const ExpertEntry* tabl
     visit_decoder(gate_up_types[i], [&](auto decoder) {
       using D = decltype(decoder);
       const dim3 grid(unsigned(grid_for(max_ff, kWarps, ctx.limits.max_blocks)), grid_y, 2);
-      moe_gate_up_kernel<D><<<grid, kThreads, 0, ctx.stream>>>(
-          table, int32_t(gate_up_types[i]), listed, top_k, buf, ctx.tables);
+      launch_kernel(moe_gate_up_kernel<D>, grid, kThreads, 0, ctx.stream, table,
+                    int32_t(gate_up_types[i]), listed, top_k, buf, ctx.tables);
       STRATA_CUDA_CHECK_LAUNCH("moe_gate_up_kernel");
     });
   }
-  moe_hidden_kernel<<<unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)), kThreads, 0,
-                      ctx.stream>>>(table, n_experts, expert_ids, listed, n_listed, buf, false);
+  launch_kernel(moe_hidden_kernel, unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)), kThreads,
+                0, ctx.stream, table, n_experts, expert_ids, listed, n_listed, buf, false);
   STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
   for (int i = 0; i < n_down_types; ++i) {
     visit_decoder(down_types[i], [&](auto decoder) {
       using D = decltype(decoder);
       const dim3 grid(unsigned(grid_for(x.cols, kWarps, ctx.limits.max_blocks)), grid_y, 1);
-      moe_down_kernel<D><<<grid, kThreads, 0, ctx.stream>>>(table, int32_t(down_types[i]), listed,
-                                                            buf, out.data, out.stride, ctx.tables);
+      launch_kernel(moe_down_kernel<D>, grid, kThreads, 0, ctx.stream, table,
+                    int32_t(down_types[i]), listed, buf, out.data, out.stride, ctx.tables);
       STRATA_CUDA_CHECK_LAUNCH("moe_down_kernel");
     });
   }
@@ -375,9 +384,8 @@ void launch_moe_expert_outputs(const DeviceContext& ctx, const ExpertEntry* tabl
 void launch_moe_combine(const DeviceContext& ctx, const float* weights, int64_t top_k,
                         const Tensor& out, Tensor y) {
   if (y.rows == 0 || y.cols == 0) return;
-  moe_combine_kernel<<<grid_for(y.rows * y.cols, 256, ctx.limits.max_blocks), 256, 0,
-                       ctx.stream>>>(weights, top_k, out.data, out.stride, y.rows, y.cols, y.data,
-                                     y.stride);
+  launch_kernel(moe_combine_kernel, grid_for(y.rows * y.cols, 256, ctx.limits.max_blocks), 256, 0,
+                ctx.stream, weights, top_k, out.data, out.stride, y.rows, y.cols, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("moe_combine_kernel");
 }
 
@@ -394,19 +402,20 @@ void launch_moe_experts_by_pair(const DeviceContext& ctx, const ExpertEntry* tab
     visit_decoder(gate_up_types[i], [&](auto decoder) {
       using D = decltype(decoder);
       const dim3 grid(unsigned(grid_for(max_ff, kWarps, ctx.limits.max_blocks)), grid_y, 2);
-      moe_pair_gate_up_kernel<D><<<grid, kThreads, 0, ctx.stream>>>(
-          table, int32_t(gate_up_types[i]), n_experts, expert_ids, n_pairs, top_k, buf, ctx.tables);
+      launch_kernel(moe_pair_gate_up_kernel<D>, grid, kThreads, 0, ctx.stream, table,
+                    int32_t(gate_up_types[i]), n_experts, expert_ids, n_pairs, top_k, buf,
+                    ctx.tables);
       STRATA_CUDA_CHECK_LAUNCH("moe_pair_gate_up_kernel");
     });
   }
-  moe_hidden_kernel<<<unsigned(grid_for(n_pairs, 1, ctx.limits.max_blocks)), kThreads, 0,
-                      ctx.stream>>>(table, n_experts, expert_ids, nullptr, n_pairs, buf, false);
+  launch_kernel(moe_hidden_kernel, unsigned(grid_for(n_pairs, 1, ctx.limits.max_blocks)), kThreads,
+                0, ctx.stream, table, n_experts, expert_ids, nullptr, n_pairs, buf, false);
   STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
   visit_decoder(down_type, [&](auto decoder) {
     using D = decltype(decoder);
     const dim3 grid(unsigned(grid_for(y.cols, kWarps, ctx.limits.max_blocks)), unsigned(x.rows), 1);
-    moe_pair_down_combine_kernel<D><<<grid, kThreads, 0, ctx.stream>>>(
-        table, n_experts, expert_ids, weights, top_k, buf, y.data, y.stride, y.cols, ctx.tables);
+    launch_kernel(moe_pair_down_combine_kernel<D>, grid, kThreads, 0, ctx.stream, table, n_experts,
+                  expert_ids, weights, top_k, buf, y.data, y.stride, y.cols, ctx.tables);
     STRATA_CUDA_CHECK_LAUNCH("moe_pair_down_combine_kernel");
   });
 }
@@ -461,8 +470,8 @@ void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* ta
     }
   };
   launch_each_type(gate_up_types, n_gate_up_types);
-  moe_hidden_kernel<<<unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)), kThreads, 0,
-                      ctx.stream>>>(table, n_experts, expert_ids, listed, n_listed, buf, true);
+  launch_kernel(moe_hidden_kernel, unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)), kThreads,
+                0, ctx.stream, table, n_experts, expert_ids, listed, n_listed, buf, true);
   STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
   // The hidden rows as bytes in each down layout (unless the kernels quantize them), the first
   // written over the gate rows (read by now), a second over the up rows.
@@ -500,8 +509,8 @@ void launch_route_softmax_topk(const DeviceContext& ctx, const Tensor& logits, i
   const size_t shared = size_t(logits.cols + 2 * top_k) * sizeof(float);
   if (shared > 48 * 1024)
     fail("CUDA route_softmax_topk: ", logits.cols, " experts exceed the kernel's shared memory");
-  route_kernel<<<unsigned(logits.rows), 32, shared, ctx.stream>>>(
-      logits.data, logits.stride, int(logits.cols), int(top_k), renormalize, experts, weights);
+  launch_kernel(route_kernel, unsigned(logits.rows), 32, shared, ctx.stream, logits.data,
+                logits.stride, int(logits.cols), int(top_k), renormalize, experts, weights);
   STRATA_CUDA_CHECK_LAUNCH("route_kernel");
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/ops_common.cuh"
 
@@ -36,6 +37,7 @@ __device__ __forceinline__ void for_half_warp_groups(int64_t rows, int64_t n_gro
 __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride, int64_t rows,
                                 int64_t n_groups, int64_t group, const float* __restrict__ w,
                                 float eps, float* y, int64_t y_stride) {
+  await_previous_kernel();
   for_half_warp_groups(rows, n_groups, [&](int64_t r, int64_t g, bool valid) {
     const float* xg = x + r * x_stride + g * group;
     const float ss = half_warp_dot(xg, xg, valid ? group : 0);
@@ -52,25 +54,39 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride, i
 
 // rms_norm of a wide group (a hidden state): one block per group, which first copies the group to
 // shared memory with all its threads, so the half-warp's chains of the CPU's lane order read shared
-// memory, not L2, one dependent load at a time; then all threads scale. The same bits.
+// memory, not L2, one dependent load at a time; then all threads scale. The same bits. With
+// kAddDelta the copy first adds delta to x and writes the sum back (the residual add before the
+// norm: add_rms_norm), so the sum is never read back from memory.
+template <bool kAddDelta>
 __global__ void __launch_bounds__(kThreads)
-    rms_norm_wide_kernel(const float* __restrict__ x, int64_t x_stride, int64_t rows,
-                         int64_t n_groups, int64_t group, const float* __restrict__ w, float eps,
-                         float* y, int64_t y_stride) {
+    rms_norm_wide_kernel(float* x, int64_t x_stride, const float* __restrict__ delta,
+                         int64_t delta_stride, int64_t rows, int64_t n_groups, int64_t group,
+                         const float* __restrict__ w, float eps, float* y, int64_t y_stride) {
+  await_previous_kernel();
   extern __shared__ float xs[];
   __shared__ float scale;
   for (int64_t u = blockIdx.x; u < rows * n_groups; u += gridDim.x) {
     const int64_t r = u / n_groups, g = u % n_groups;
-    const float* xg = x + r * x_stride + g * group;
+    float* xg = x + r * x_stride + g * group;
+    const float* dg = kAddDelta ? delta + r * delta_stride + g * group : nullptr;
     // A thread's loads are issued together, kBatch at a time (a lone block hides no latency).
     for (int64_t i0 = threadIdx.x; i0 < group; i0 += kBatch * kThreads) {
-      float v[kBatch];
+      float v[kBatch], d[kBatch];
 #pragma unroll
-      for (int k = 0; k < kBatch; ++k)
-        v[k] = i0 + k * kThreads < group ? xg[i0 + k * kThreads] : 0.0f;
+      for (int k = 0; k < kBatch; ++k) {
+        const bool in = i0 + k * kThreads < group;
+        v[k] = in ? xg[i0 + k * kThreads] : 0.0f;
+        if (kAddDelta) d[k] = in ? dg[i0 + k * kThreads] : 0.0f;
+      }
 #pragma unroll
-      for (int k = 0; k < kBatch; ++k)
-        if (i0 + k * kThreads < group) xs[i0 + k * kThreads] = v[k];
+      for (int k = 0; k < kBatch; ++k) {
+        if (i0 + k * kThreads >= group) break;
+        if (kAddDelta) {
+          v[k] = __fadd_rn(v[k], d[k]);
+          xg[i0 + k * kThreads] = v[k];
+        }
+        xs[i0 + k * kThreads] = v[k];
+      }
     }
     __syncthreads();
     if (threadIdx.x < 32) {  // both halves of warp 0 compute the same sum
@@ -101,6 +117,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void l2_norm_kernel(const float* __restrict__ x, int64_t x_stride, int64_t rows,
                                int64_t n_groups, int64_t group, float eps, float* y,
                                int64_t y_stride) {
+  await_previous_kernel();
   for_half_warp_groups(rows, n_groups, [&](int64_t r, int64_t g, bool valid) {
     const float* xg = x + r * x_stride + g * group;
     const float ss = half_warp_dot(xg, xg, valid ? group : 0);
@@ -116,6 +133,7 @@ __global__ void signed_sqrt_dot_kernel(const float* __restrict__ a, int64_t a_st
                                        const float* __restrict__ b, int64_t b_stride, int64_t rows,
                                        int64_t n_groups, int64_t group, float scale,
                                        float* __restrict__ y, int64_t y_stride) {
+  await_previous_kernel();
   for_half_warp_groups(rows, n_groups, [&](int64_t r, int64_t g, bool valid) {
     const float dot = half_warp_dot(a + r * a_stride + g * group, b + r * b_stride + g * group,
                                     valid ? group : 0);
@@ -138,30 +156,42 @@ void launch_rms_norm(const DeviceContext& ctx, const Tensor& x, const float* w, 
   const int64_t n_groups = x.cols / group;
   if (x.rows == 0 || n_groups == 0) return;
   if (group >= kWideGroup && group <= kWideGroupMax) {
-    rms_norm_wide_kernel<<<grid_for(x.rows * n_groups, 1, ctx.limits.max_blocks), kThreads,
-                           size_t(group) * sizeof(float), ctx.stream>>>(
-        x.data, x.stride, x.rows, n_groups, group, w, eps, y.data, y.stride);
+    launch_kernel(rms_norm_wide_kernel<false>,
+                  grid_for(x.rows * n_groups, 1, ctx.limits.max_blocks), kThreads,
+                  size_t(group) * sizeof(float), ctx.stream, x.data, x.stride, nullptr, 0, x.rows,
+                  n_groups, group, w, eps, y.data, y.stride);
     STRATA_CUDA_CHECK_LAUNCH("rms_norm_wide_kernel");
     return;
   }
-  rms_norm_kernel<<<grid(ctx, x.rows * n_groups), kThreads, 0, ctx.stream>>>(
-      x.data, x.stride, x.rows, n_groups, group, w, eps, y.data, y.stride);
+  launch_kernel(rms_norm_kernel, grid(ctx, x.rows * n_groups), kThreads, 0, ctx.stream, x.data,
+                x.stride, x.rows, n_groups, group, w, eps, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("rms_norm_kernel");
+}
+
+bool fuses_add_rms_norm(int64_t cols) { return cols >= kWideGroup && cols <= kWideGroupMax; }
+
+void launch_add_rms_norm(const DeviceContext& ctx, Tensor x, const Tensor& delta, const float* w,
+                         float eps, Tensor y) {
+  if (x.rows == 0) return;
+  launch_kernel(rms_norm_wide_kernel<true>, grid_for(x.rows, 1, ctx.limits.max_blocks), kThreads,
+                size_t(x.cols) * sizeof(float), ctx.stream, x.data, x.stride, delta.data,
+                delta.stride, x.rows, int64_t(1), x.cols, w, eps, y.data, y.stride);
+  STRATA_CUDA_CHECK_LAUNCH("rms_norm_wide_kernel<add>");
 }
 
 void launch_l2_norm(const DeviceContext& ctx, const Tensor& x, int64_t group, float eps, Tensor y) {
   const int64_t n_groups = x.cols / group;
   if (x.rows == 0 || n_groups == 0) return;
-  l2_norm_kernel<<<grid(ctx, x.rows * n_groups), kThreads, 0, ctx.stream>>>(
-      x.data, x.stride, x.rows, n_groups, group, eps, y.data, y.stride);
+  launch_kernel(l2_norm_kernel, grid(ctx, x.rows * n_groups), kThreads, 0, ctx.stream, x.data,
+                x.stride, x.rows, n_groups, group, eps, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("l2_norm_kernel");
 }
 
 void launch_signed_sqrt_dot(const DeviceContext& ctx, const Tensor& a, const Tensor& b,
                             int64_t group, float scale, Tensor y) {
   if (y.rows == 0 || y.cols == 0) return;
-  signed_sqrt_dot_kernel<<<grid(ctx, y.rows * y.cols), kThreads, 0, ctx.stream>>>(
-      a.data, a.stride, b.data, b.stride, y.rows, y.cols, group, scale, y.data, y.stride);
+  launch_kernel(signed_sqrt_dot_kernel, grid(ctx, y.rows * y.cols), kThreads, 0, ctx.stream, a.data,
+                a.stride, b.data, b.stride, y.rows, y.cols, group, scale, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("signed_sqrt_dot_kernel");
 }
 

@@ -7,6 +7,7 @@
 // result does not depend on the reduction's shape. The winners are then sorted ascending and
 // expanded to positions, followed by the incomplete tail.
 #include "backend/cuda/check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/ops_common.cuh"
 
@@ -17,6 +18,7 @@ namespace {
 __global__ void block_mean_kernel(const float* __restrict__ x, int64_t x_stride, int64_t block,
                                   int64_t rows, int64_t cols, float* __restrict__ y,
                                   int64_t y_stride) {
+  await_previous_kernel();
   const int64_t n = rows * cols;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += int64_t(gridDim.x) * blockDim.x) {
@@ -61,6 +63,7 @@ __global__ void __launch_bounds__(kSelectThreads)
                       const int32_t* __restrict__ positions, int64_t block, int64_t top_blocks,
                       int32_t* __restrict__ selected, int64_t sel_cols,
                       int32_t* __restrict__ counts) {
+  await_previous_kernel();
   extern __shared__ int64_t chosen[];
   __shared__ float s_sh[kSelectThreads / 32];
   __shared__ int64_t b_sh[kSelectThreads / 32];
@@ -110,8 +113,8 @@ __global__ void __launch_bounds__(kSelectThreads)
 
 void launch_block_mean(const DeviceContext& ctx, const Tensor& x, int64_t block, Tensor y) {
   if (y.rows == 0 || y.cols == 0) return;
-  block_mean_kernel<<<grid_for(y.rows * y.cols, 256, ctx.limits.max_blocks), 256, 0, ctx.stream>>>(
-      x.data, x.stride, block, y.rows, y.cols, y.data, y.stride);
+  launch_kernel(block_mean_kernel, grid_for(y.rows * y.cols, 256, ctx.limits.max_blocks), 256, 0,
+                ctx.stream, x.data, x.stride, block, y.rows, y.cols, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("block_mean_kernel");
 }
 
@@ -120,9 +123,9 @@ void launch_qsa_select(const DeviceContext& ctx, const Tensor& scores, const int
                        int32_t* counts) {
   if (scores.rows == 0) return;
   const size_t shared = size_t(top_blocks > 0 ? top_blocks : 1) * sizeof(int64_t);
-  qsa_select_kernel<<<int(scores.rows), kSelectThreads, shared, ctx.stream>>>(
-      scores.data, scores.stride, scores.cols, positions, block, top_blocks, selected, sel_cols,
-      counts);
+  launch_kernel(qsa_select_kernel, int(scores.rows), kSelectThreads, shared, ctx.stream,
+                scores.data, scores.stride, scores.cols, positions, block, top_blocks, selected,
+                sel_cols, counts);
   STRATA_CUDA_CHECK_LAUNCH("qsa_select_kernel");
 }
 

@@ -3,6 +3,7 @@
 // product, cos and sin are taken in double and rounded to float as the CPU does, and the rotation
 // is two products and one add each, never fused.
 #include "backend/cuda/check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/ops_common.cuh"
 
@@ -16,6 +17,7 @@ __global__ void rope_neox_kernel(float* x, int64_t stride, int64_t rows, int64_t
                                  int64_t head_dim, int64_t half,
                                  const int32_t* __restrict__ positions,
                                  const float* __restrict__ inv_freq) {
+  await_previous_kernel();
   const int64_t n = rows * half;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += int64_t(gridDim.x) * blockDim.x) {
@@ -38,9 +40,9 @@ void launch_rope_neox(const DeviceContext& ctx, Tensor x, const int32_t* positio
                       const float* inv_freq, int64_t head_dim, int64_t rope_dim) {
   const int64_t half = rope_dim / 2;
   if (x.rows == 0 || x.cols == 0) return;
-  rope_neox_kernel<<<grid_for(x.rows * half, kThreads, ctx.limits.max_blocks), kThreads, 0,
-                     ctx.stream>>>(x.data, x.stride, x.rows, x.cols / head_dim, head_dim, half,
-                                   positions, inv_freq);
+  launch_kernel(rope_neox_kernel, grid_for(x.rows * half, kThreads, ctx.limits.max_blocks),
+                kThreads, 0, ctx.stream, x.data, x.stride, x.rows, x.cols / head_dim, head_dim,
+                half, positions, inv_freq);
   STRATA_CUDA_CHECK_LAUNCH("rope_neox_kernel");
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/ops_common.cuh"
 
@@ -19,6 +20,7 @@ __global__ void conv1d_silu_kernel(const float* __restrict__ x, int64_t x_stride
                                    int64_t C, float* state, int64_t s_stride,
                                    const float* __restrict__ w, int64_t K, int64_t D,
                                    float* __restrict__ y, int64_t y_stride) {
+  await_previous_kernel();
   const int64_t S = (K - 1) * D;
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C;
        c += int64_t(gridDim.x) * blockDim.x) {
@@ -46,6 +48,7 @@ __global__ void gated_delta_rule_kernel(const float* __restrict__ q, int64_t q_s
                                         float* __restrict__ state, int64_t T, int64_t n_heads,
                                         int64_t qk_div, int64_t qk_mod, int64_t dk, int64_t dv,
                                         float* __restrict__ y, int64_t y_stride) {
+  await_previous_kernel();
   const int64_t n = n_heads * dv;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += int64_t(gridDim.x) * blockDim.x) {
@@ -88,6 +91,7 @@ __global__ void __launch_bounds__(kThreads)
                                    float* __restrict__ state, int64_t T, int64_t n_heads,
                                    int64_t qk_div, int64_t qk_mod, int64_t dv,
                                    float* __restrict__ y, int64_t y_stride) {
+  await_previous_kernel();
   const int64_t n = n_heads * dv;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += int64_t(gridDim.x) * blockDim.x) {
@@ -123,17 +127,39 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // g = ssm_a * softplus(a + dt_bias), softplus(z) = z > 20 ? z : log1p(exp(z)) (torch's threshold).
+__device__ __forceinline__ float decay_value(float a, float dt_bias, float ssm_a) {
+  const float z = __fadd_rn(a, dt_bias);
+  const float softplus = z > 20.0f ? z : log1pf(expf(z));
+  return __fmul_rn(ssm_a, softplus);
+}
+
 __global__ void ssm_decay_kernel(const float* __restrict__ a, int64_t a_stride, int64_t rows,
                                  int64_t heads, const float* __restrict__ dt_bias,
                                  const float* __restrict__ ssm_a, float* __restrict__ g,
                                  int64_t g_stride) {
+  await_previous_kernel();
   const int64_t n = rows * heads;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = u / heads, h = u % heads;
-    const float z = __fadd_rn(a[t * a_stride + h], dt_bias[h]);
-    const float softplus = z > 20.0f ? z : log1pf(expf(z));
-    g[t * g_stride + h] = __fmul_rn(ssm_a[h], softplus);
+    g[t * g_stride + h] = decay_value(a[t * a_stride + h], dt_bias[h], ssm_a[h]);
+  }
+}
+
+// The delta rule's gates of one window in one pass: beta = sigmoid(b) (mul_sigmoid of ones: the
+// same bits) and g as ssm_decay_kernel.
+__global__ void ssm_gates_kernel(const float* __restrict__ b, int64_t b_stride,
+                                 const float* __restrict__ a, int64_t a_stride, int64_t rows,
+                                 int64_t heads, const float* __restrict__ dt_bias,
+                                 const float* __restrict__ ssm_a, float* __restrict__ beta,
+                                 int64_t beta_stride, float* __restrict__ g, int64_t g_stride) {
+  await_previous_kernel();
+  const int64_t n = rows * heads;
+  for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
+       u += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = u / heads, h = u % heads;
+    beta[t * beta_stride + h] = sigmoid_value(b[t * b_stride + h]);
+    g[t * g_stride + h] = decay_value(a[t * a_stride + h], dt_bias[h], ssm_a[h]);
   }
 }
 
@@ -142,9 +168,9 @@ __global__ void ssm_decay_kernel(const float* __restrict__ a, int64_t a_stride, 
 void launch_conv1d_silu(const DeviceContext& ctx, const Tensor& x, Tensor state, const float* w,
                         int64_t kernel, int64_t dilation, Tensor y) {
   if (x.cols == 0) return;
-  conv1d_silu_kernel<<<grid_for(x.cols, kThreads, ctx.limits.max_blocks), kThreads, 0,
-                       ctx.stream>>>(x.data, x.stride, x.rows, x.cols, state.data, state.stride, w,
-                                     kernel, dilation, y.data, y.stride);
+  launch_kernel(conv1d_silu_kernel, grid_for(x.cols, kThreads, ctx.limits.max_blocks), kThreads, 0,
+                ctx.stream, x.data, x.stride, x.rows, x.cols, state.data, state.stride, w, kernel,
+                dilation, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("conv1d_silu_kernel");
 }
 
@@ -155,26 +181,34 @@ void launch_gated_delta_rule(const DeviceContext& ctx, const Tensor& q, const Te
   if (q.rows == 0 || dv == 0) return;
   const int grid = grid_for(n_heads * dv, kThreads, ctx.limits.max_blocks);
   const auto columns = [&](auto kernel) {
-    kernel<<<grid, kThreads, 0, ctx.stream>>>(q.data, q.stride, k.data, k.stride, v.data, v.stride,
-                                              g.data, g.stride, beta.data, beta.stride, state.data,
-                                              q.rows, n_heads, qk_div, qk_mod, dv, y.data,
-                                              y.stride);
+    launch_kernel(kernel, grid, kThreads, 0, ctx.stream, q.data, q.stride, k.data, k.stride, v.data,
+                  v.stride, g.data, g.stride, beta.data, beta.stride, state.data, q.rows, n_heads,
+                  qk_div, qk_mod, dv, y.data, y.stride);
     STRATA_CUDA_CHECK_LAUNCH("gated_delta_rule_column_kernel");
   };
   if (dk == 128) return columns(gated_delta_rule_column_kernel<128>);
   if (dk == 64) return columns(gated_delta_rule_column_kernel<64>);
-  gated_delta_rule_kernel<<<grid, kThreads, 0, ctx.stream>>>(
-      q.data, q.stride, k.data, k.stride, v.data, v.stride, g.data, g.stride, beta.data,
-      beta.stride, state.data, q.rows, n_heads, qk_div, qk_mod, dk, dv, y.data, y.stride);
+  launch_kernel(gated_delta_rule_kernel, grid, kThreads, 0, ctx.stream, q.data, q.stride, k.data,
+                k.stride, v.data, v.stride, g.data, g.stride, beta.data, beta.stride, state.data,
+                q.rows, n_heads, qk_div, qk_mod, dk, dv, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("gated_delta_rule_kernel");
 }
 
 void launch_ssm_decay(const DeviceContext& ctx, const Tensor& a, const float* dt_bias,
                       const float* ssm_a, Tensor g) {
   if (a.rows == 0 || a.cols == 0) return;
-  ssm_decay_kernel<<<grid_for(a.rows * a.cols, 256, ctx.limits.max_blocks), 256, 0, ctx.stream>>>(
-      a.data, a.stride, a.rows, a.cols, dt_bias, ssm_a, g.data, g.stride);
+  launch_kernel(ssm_decay_kernel, grid_for(a.rows * a.cols, 256, ctx.limits.max_blocks), 256, 0,
+                ctx.stream, a.data, a.stride, a.rows, a.cols, dt_bias, ssm_a, g.data, g.stride);
   STRATA_CUDA_CHECK_LAUNCH("ssm_decay_kernel");
+}
+
+void launch_ssm_gates(const DeviceContext& ctx, const Tensor& b, const Tensor& a,
+                      const float* dt_bias, const float* ssm_a, Tensor beta, Tensor g) {
+  if (a.rows == 0 || a.cols == 0) return;
+  launch_kernel(ssm_gates_kernel, grid_for(a.rows * a.cols, 256, ctx.limits.max_blocks), 256, 0,
+                ctx.stream, b.data, b.stride, a.data, a.stride, a.rows, a.cols, dt_bias, ssm_a,
+                beta.data, beta.stride, g.data, g.stride);
+  STRATA_CUDA_CHECK_LAUNCH("ssm_gates_kernel");
 }
 
 }  // namespace strata::cuda::detail

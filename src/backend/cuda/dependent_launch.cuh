@@ -1,0 +1,48 @@
+// Programmatic dependent launch (sm_90): a window is ~1700 small kernels a token, and between two
+// of them the GPU otherwise drains one grid, then launches and ramps up the next. Every kernel of
+// the backend is launched through launch_kernel (cudaLaunchKernelEx with programmatic stream
+// serialization, also inside captured graphs), so the next kernel's CTAs are placed while the
+// current one runs; each kernel's first statement, await_previous_kernel, holds them until the
+// kernel before has completed and its writes are visible. STRATA_CUDA_PDL=0 launches plainly.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace strata::cuda::detail {
+
+// The first statement of every kernel, run by every thread before it touches memory: waits for
+// the previous kernel in the stream (complete, writes visible), then lets the next one launch.
+// Waiting first keeps completion in stream order (no kernel finishes before the one it follows,
+// so waiting on the previous kernel covers all earlier ones) and keeps at most one kernel placed
+// ahead. Outside a dependent launch both instructions do nothing.
+__device__ __forceinline__ void await_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// False when STRATA_CUDA_PDL=0 (read once): every launch then waits for the previous kernel.
+bool dependent_launch_enabled();
+
+// kernel<<<grid, block, smem, stream>>>(args...) as a dependent launch. Errors surface through
+// cudaGetLastError (STRATA_CUDA_CHECK_LAUNCH after the call, as for <<<>>>).
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &dependent;
+  config.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace strata::cuda::detail
