@@ -92,6 +92,47 @@ TEST_P(WeightOps, MatmulEveryFormat) {
   expect_throws_naming([&] { be().matmul(bad, x, y); }, "no data");
 }
 
+// matmuls of one x: bitwise the separate matmuls, for every format (the integer formats in one
+// launch on CUDA), one row and several, matrices of odd row counts.
+TEST_P(WeightOps, MatmulsOfOneXEqualSeparateMatmuls) {
+  Rng rng(22);
+  for (quant::Type t : kFormats) {
+    SCOPED_TRACE(quant::type_name(t));
+    const int64_t cols = block_of(t) * pick(rng, 1, 2048 / block_of(t) + 1);
+    const int64_t rows[] = {pick(rng, 1, 700), pick(rng, 1, 40), pick(rng, 1, 3), pick(rng, 1, 9)};
+    std::vector<HostTensor> hw;
+    for (size_t i = 0; i < 4; ++i)
+      hw.push_back(random_tensor("w" + std::to_string(i), t, rows[i], cols, 1,
+                                 300 + uint64_t(t) * 4 + i));
+    for (const int64_t T : {int64_t(1), int64_t(3)}) {
+      SCOPED_TRACE(::testing::Message() << "T " << T << " cols " << cols);
+      const Floats x = normal_floats(size_t(T * cols), 400 + uint64_t(t));
+      std::vector<Weight> ws;
+      for (size_t i = 0; i < 4; ++i) ws.push_back(be().weight(hw[i].info));
+      const Weight* wp[] = {&ws[0], &ws[1], &ws[2], &ws[3]};
+      Tensor xt = make(be(), T, cols, x);
+      Tensor one[4], each[4];
+      for (size_t i = 0; i < 4; ++i) {
+        one[i] = be().alloc(T, rows[i]);
+        each[i] = be().alloc(T, rows[i]);
+      }
+      be().matmuls(wp, xt, one);
+      for (size_t i = 0; i < 4; ++i) be().matmul(ws[i], xt, each[i]);
+      for (size_t i = 0; i < 4; ++i)
+        expect_bitwise(read(be(), one[i]), read(be(), each[i]),
+                       "matmuls vs matmul, matrix " + std::to_string(i));
+    }
+  }
+  HostTensor w = random_tensor("w", quant::Type::Q8_0, 16, 256, 1, 1);
+  const Weight wt = be().weight(w.info);
+  const Weight* wp[] = {&wt, &wt};
+  Tensor x = be().alloc(1, 256), y = be().alloc(1, 16), y_short = be().alloc(1, 8);
+  Tensor ys[] = {y, y_short};
+  expect_throws_naming([&] { be().matmuls(wp, x, ys); }, "should be [1 x 16]");
+  Tensor one_y[] = {y};
+  expect_throws_naming([&] { be().matmuls(wp, x, one_y); }, "2 weights but 1 outputs");
+}
+
 TEST_P(WeightOps, GetRowsEveryFormat) {
   Rng rng(22);
   for (quant::Type t : kFormats) {

@@ -43,6 +43,12 @@ std::unique_ptr<ExpertSlots> Backend::alloc_expert_slots(size_t count, size_t sl
   return make_host_expert_slots(count, slot_bytes);
 }
 
+void Backend::matmuls(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor> ys) {
+  if (ws.size() != ys.size())
+    fail("matmuls: ", ws.size(), " weights but ", ys.size(), " outputs");
+  for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], x, ys[i]);
+}
+
 Ids make_ids(Backend& be, std::span<const int32_t> host, int64_t rows, int64_t cols) {
   if (int64_t(host.size()) != rows * cols)
     fail("make_ids: ", host.size(), " values for [", rows, " x ", cols, "]");

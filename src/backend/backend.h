@@ -185,6 +185,9 @@ class Backend {
   virtual void get_rows(const Weight& table, const Ids& ids, Tensor y) = 0;
   // y = x W^T: y[r, o] = W[o, :] . x[r, :].
   virtual void matmul(const Weight& w, const Tensor& x, Tensor y) = 0;
+  // ys[i] = x ws[i]^T for each i: the matmuls of one x, which a backend may run as one launch
+  // (the bits of the separate matmuls).
+  virtual void matmuls(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor> ys);
   // Per group of `group` columns: y = x / sqrt(mean(x^2) + eps) * w (w: F32 [group], or none).
   virtual void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) = 0;
   // Per group: y = x / sqrt(sum(x^2) + eps).

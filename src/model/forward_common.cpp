@@ -145,8 +145,9 @@ Tensor moe(Window& w, int64_t il, const Tensor& x) {
   if (!present(L.ffn_gate_shexp)) return y;
   // shared_expert_output = self.shared_expert(hidden_states)
   Tensor gate = w.tmp(w.T, w.c.n_ff_shexp), up = w.tmp(w.T, w.c.n_ff_shexp);
-  be.matmul(L.ffn_gate_shexp, x, gate);
-  be.matmul(L.ffn_up_shexp, x, up);
+  const backend::Weight* ws[] = {&L.ffn_gate_shexp, &L.ffn_up_shexp};
+  Tensor ys[] = {gate, up};
+  be.matmuls(ws, x, ys);
   be.swiglu(gate, up, gate);  // act_fn(gate_proj(x)) * up_proj(x)
   Tensor shared = w.tmp(w.T, w.c.n_embd);
   be.matmul(L.ffn_down_shexp, gate, shared);  // down_proj(...)

@@ -19,11 +19,11 @@ Tensor attention(Window& w, int64_t il, const Tensor& x) {
   const float eps = float(c.rms_eps);
 
   Tensor q = w.tmp(w.T, h * d), k = w.tmp(w.T, g * d), v = w.tmp(w.T, g * d);
-  be.matmul(L.attn_q, x, q);
+  const backend::Weight* ws[] = {&L.attn_q, &L.attn_k, &L.attn_v};
+  Tensor ys[] = {q, k, v};
+  be.matmuls(ws, x, ys);                      // q_proj, k_proj, v_proj (hidden_states)
   be.rms_norm(q, &L.attn_q_norm, d, eps, q);  // q_norm(q_proj(hidden_states).view(hidden_shape))
-  be.matmul(L.attn_k, x, k);
   be.rms_norm(k, &L.attn_k_norm, d, eps, k);  // k_norm(k_proj(hidden_states).view(hidden_shape))
-  be.matmul(L.attn_v, x, v);                  // v_proj(hidden_states)
   be.rope_neox(q, w.positions, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
   be.rope_neox(k, w.positions, d, c.rope_dim, float(c.rope_theta));
   be.kv_write(st.k_cache, st.v_cache, k, v, w.positions);  // past_key_values.update

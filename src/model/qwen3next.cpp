@@ -29,16 +29,23 @@ Tensor gated_attention(Window& w, int64_t il, const Tensor& x) {
   return gated_output(w, il, o, qg.gate);
 }
 
-// b and a, [T, Gv] each, in the value-head order of the file.
-void beta_alpha_projection(Window& w, const LayerWeights& L, const Tensor& x, Tensor b, Tensor a) {
+// The DeltaNet's input projections of x, one matmuls call: qkv and z, then b and a ([T, Gv]
+// each, in the value-head order of the file).
+void input_projections(Window& w, const LayerWeights& L, const Tensor& x, Tensor qkv, Tensor z,
+                       Tensor b, Tensor a) {
+  // in_proj_qkvz -> mixed_qkv = cat(query, key, value) and z
   if (w.c.arch != Arch::Qwen3Next) {
-    w.be.matmul(L.ssm_beta, x, b);   // in_proj_b(hidden_states)
-    w.be.matmul(L.ssm_alpha, x, a);  // in_proj_a(hidden_states)
+    // in_proj_b(hidden_states), in_proj_a(hidden_states)
+    const backend::Weight* ws[] = {&L.attn_qkv, &L.attn_gate, &L.ssm_beta, &L.ssm_alpha};
+    Tensor ys[] = {qkv, z, b, a};
+    w.be.matmuls(ws, x, ys);
     return;
   }
   const int64_t gk = w.c.ssm_groups, r = w.c.ssm_v_heads / gk;
   Tensor ba = w.tmp(w.T, 2 * w.c.ssm_v_heads);
-  w.be.matmul(L.ssm_ba, x, ba);  // in_proj_ba(hidden_states)
+  const backend::Weight* ws[] = {&L.attn_qkv, &L.attn_gate, &L.ssm_ba};
+  Tensor ys[] = {qkv, z, ba};
+  w.be.matmuls(ws, x, ys);  // ... and in_proj_ba(hidden_states)
   const int64_t widths[] = {r, r};
   Tensor parts[] = {b, a};
   w.be.split_groups(ba, gk, widths, parts);  // fix_query_key_value_ordering: b, a
@@ -54,17 +61,16 @@ GatedQuery gated_query(Window& w, int64_t il, const Tensor& x) {
   const int64_t h = c.n_head, g = c.n_head_kv, d = c.head_dim;
   const float eps = float(c.rms_eps);
 
-  Tensor q_gate = w.tmp(w.T, 2 * h * d);
-  be.matmul(L.attn_q, x, q_gate);  // q_proj(hidden_states)
+  Tensor q_gate = w.tmp(w.T, 2 * h * d), k = w.tmp(w.T, g * d), v = w.tmp(w.T, g * d);
+  const backend::Weight* ws[] = {&L.attn_q, &L.attn_k, &L.attn_v};
+  Tensor ys[] = {q_gate, k, v};
+  be.matmuls(ws, x, ys);  // q_proj, k_proj, v_proj (hidden_states)
   Tensor q = w.tmp(w.T, h * d), gate = w.tmp(w.T, h * d);
   const int64_t widths[] = {d, d};
   Tensor parts[] = {q, gate};
   be.split_groups(q_gate, h, widths, parts);  // torch.chunk(.view(..., head_dim * 2), 2, dim=-1)
   be.rms_norm(q, &L.attn_q_norm, d, eps, q);  // q_norm(query_states)
-  Tensor k = w.tmp(w.T, g * d), v = w.tmp(w.T, g * d);
-  be.matmul(L.attn_k, x, k);
-  be.rms_norm(k, &L.attn_k_norm, d, eps, k);                   // k_norm(k_proj(hidden_states))
-  be.matmul(L.attn_v, x, v);                                   // v_proj(hidden_states)
+  be.rms_norm(k, &L.attn_k_norm, d, eps, k);  // k_norm(k_proj(hidden_states))
   be.rope_neox(q, w.positions, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
   be.rope_neox(k, w.positions, d, c.rope_dim, float(c.rope_theta));
   be.kv_write(st.k_cache, st.v_cache, k, v, w.positions);  // past_key_values.update
@@ -87,10 +93,8 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   const int64_t s = c.ssm_state, gv = c.ssm_v_heads, kd = c.ssm_key_dim(), vd = c.ssm_value_dim();
 
   Tensor qkv = w.tmp(w.T, c.ssm_conv_dim()), z = w.tmp(w.T, vd);
-  be.matmul(L.attn_qkv, x, qkv);  // in_proj_qkvz -> mixed_qkv = cat(query, key, value)
-  be.matmul(L.attn_gate, x, z);   // ... -> z
   Tensor b = w.tmp(w.T, gv), a = w.tmp(w.T, gv);
-  beta_alpha_projection(w, L, x, b, a);
+  input_projections(w, L, x, qkv, z, b, a);
   Tensor conv = w.tmp(w.T, c.ssm_conv_dim());
   if (w.journal) w.journal->conv(st.conv, qkv, L.ssm_conv1d, 1);
   be.conv1d_silu(qkv, st.conv, L.ssm_conv1d, conv);  // causal_conv1d_fn(..., activation="silu")

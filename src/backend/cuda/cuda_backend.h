@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "backend/backend.h"
@@ -94,6 +95,15 @@ struct MatvecQOptions {
   bool x_unchanged = false;
 };
 
+// One of several matrices of a matvec_q over one activation: rows of row_stride bytes, into y.
+struct MatvecQMatrix {
+  const void* w;
+  size_t row_stride;
+  int64_t rows;
+  float* y;
+};
+constexpr int kMaxMatvecQMatrices = 4;
+
 // One GPU: its stream and the decoder tables (i-quant codebooks) resident on it.
 class Device {
  public:
@@ -134,6 +144,11 @@ class Device {
   // capturing a graph.
   void matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
                 const float* x, float* y, int tokens = 1, const MatvecQOptions& options = {});
+  // The same for one activation against up to kMaxMatvecQMatrices matrices of format t and `cols`
+  // columns: x quantized once and, for the formats of has_matvec_q, one launch for all of them;
+  // each y bitwise the one-matrix call's.
+  void matvec_q(quant::Type t, std::span<const MatvecQMatrix> matrices, int64_t cols,
+                const float* x, const MatvecQOptions& options = {});
 
   // x[t * cols, +cols) for t < tokens into activation layout f at out + t * quantized_act_stride,
   // bytes equal to quant::quantize_act_ref (F32: copied). cols a multiple of f's block, x
@@ -197,6 +212,8 @@ class CudaBackend : public Backend {
 
   void get_rows(const Weight& table, const Ids& ids, Tensor y) override;
   void matmul(const Weight& w, const Tensor& x, Tensor y) override;
+  void matmuls(std::span<const Weight* const> ws, const Tensor& x,
+               std::span<Tensor> ys) override;
   void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) override;
   void l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) override;
   void signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t group, float scale,

@@ -42,6 +42,20 @@ bool rows_aligned(const Tensor& x) {
   return reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.stride % 4 == 0;
 }
 
+// y = x W^T: the weight's and the tensors' shapes, y apart from x, the weight on this device.
+void check_matmul(const CudaBackend::Impl& impl, const char* op, const Weight& w, const Tensor& x,
+                  const Tensor& y) {
+  cpu::check_weight(op, "weight", w);
+  check_tensor(op, "x", x);
+  check_tensor(op, "y", y);
+  require(x.cols == w.cols, op, "x ", shape(x), " has ", x.cols, " columns but the weight has ",
+          w.cols, " [", w.rows, " x ", w.cols, "]");
+  require(y.rows == x.rows && y.cols == w.rows, op, "y ", shape(y), " should be [", x.rows, " x ",
+          w.rows, "]");
+  check_no_overlap(op, "x", x, "y", y);
+  impl.check_device_weight(op, "weight", w);
+}
+
 }  // namespace
 
 void CudaBackend::get_rows(const Weight& table, const Ids& ids, Tensor y) {
@@ -66,16 +80,7 @@ void CudaBackend::matmul(const Weight& w, const Tensor& x, Tensor y) {
       impl_->graphs.ops() == impl_->matmul_ops && impl_->matmul_x == this_x;
   if (!after_matmul_of_x) impl_->end_matmul_chain();
   impl_->graphs.count_op(__func__);
-  constexpr const char* op = "matmul";
-  cpu::check_weight(op, "weight", w);
-  check_tensor(op, "x", x);
-  check_tensor(op, "y", y);
-  require(x.cols == w.cols, op, "x ", shape(x), " has ", x.cols, " columns but the weight has ",
-          w.cols, " [", w.rows, " x ", w.cols, "]");
-  require(y.rows == x.rows && y.cols == w.rows, op, "y ", shape(y), " should be [", x.rows, " x ",
-          w.rows, "]");
-  check_no_overlap(op, "x", x, "y", y);
-  impl_->check_device_weight(op, "weight", w);
+  check_matmul(*impl_, "matmul", w, x, y);
   if (x.rows == 0) return;
   impl_->matmul_x = this_x;
   impl_->matmul_ops = impl_->graphs.ops();
@@ -106,6 +111,36 @@ void CudaBackend::matmul(const Weight& w, const Tensor& x, Tensor y) {
   detail::launch_quantize_act(impl_->ctx, fmt, x, act.as<float>());
   detail::launch_matmul(impl_->ctx, w.type, w.data, w.row_stride, w.rows, w.cols, act.as<float>(),
                         x.cols, y);
+}
+
+void CudaBackend::matmuls(std::span<const Weight* const> ws, const Tensor& x,
+                          std::span<Tensor> ys) {
+  // One launch where the integer mat-vec takes them all: one row of x, one such format.
+  const auto same_type = [&](const Weight* w) { return w->type == ws[0]->type; };
+  const bool one_launch = ws.size() > 1 && ws.size() <= size_t(cuda::kMaxMatvecQMatrices) &&
+                          ws.size() == ys.size() && x.rows == 1 &&
+                          std::all_of(ws.begin(), ws.end(), same_type) &&
+                          cuda::has_matvec_q(ws[0]->type) &&
+                          reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  if (!one_launch) return Backend::matmuls(ws, x, ys);
+  if (impl_->graphs.replaying()) return;
+  const Impl::MatmulX this_x{x.data, x.rows, x.cols, x.stride};
+  if (!(impl_->graphs.ops() == impl_->matmul_ops && impl_->matmul_x == this_x))
+    impl_->end_matmul_chain();
+  impl_->graphs.count_op(__func__);
+  cuda::MatvecQMatrix matrices[cuda::kMaxMatvecQMatrices];
+  for (size_t i = 0; i < ws.size(); ++i) {
+    check_matmul(*impl_, "matmuls", *ws[i], x, ys[i]);
+    matrices[i] = {ws[i]->data, ws[i]->row_stride, ws[i]->rows, ys[i].data};
+  }
+  impl_->matmul_x = this_x;
+  impl_->matmul_ops = impl_->graphs.ops();
+  Impl::MatmulX quantized = this_x;
+  quantized.format = int(quant::kernels(ws[0]->type).act);
+  cuda::MatvecQOptions options;
+  options.x_unchanged = impl_->quantized_x == quantized;
+  impl_->device.matvec_q(ws[0]->type, {matrices, ws.size()}, x.cols, x.data, options);
+  if (quant::kernels(ws[0]->type).act != quant::ActFormat::F32) impl_->quantized_x = quantized;
 }
 
 void CudaBackend::route_softmax_topk(const Tensor& logits, bool renormalize, Ids experts,

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "backend/cuda/cuda_backend.h"
 #include "quant/kernels.h"
@@ -73,6 +74,10 @@ struct MatvecQLaunch {
   int grid_copies;    // IQ2_XS codebook copies in shared memory (8, 32), else 1
   int device, sm_count;
   cudaStream_t stream;
+  // n_matrices > 1 (one activation): these matrices in one launch, w / row_stride / rows / y
+  // being the first's.
+  const MatvecQMatrix* matrices;
+  int n_matrices;
 };
 void launch_matvec_q(quant::Type t, const MatvecQLaunch& l);
 
@@ -129,8 +134,8 @@ struct MatvecQContext {
   DeviceBuffer& scratch;
   QuantizedAct& in_scratch;  // what scratch holds
 };
-void run_matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
-                  const float* x, float* y, int tokens, const MatvecQOptions& options,
+void run_matvec_q(quant::Type t, std::span<const MatvecQMatrix> matrices, int64_t cols,
+                  const float* x, int tokens, const MatvecQOptions& options,
                   const MatvecQContext& ctx);
 
 }  // namespace strata::cuda::detail

@@ -67,8 +67,8 @@ void launch_matvec_q(quant::Type t, const MatvecQLaunch& l) {
 
 void launch_moe_q(const MoeQLaunch& l) { integer_kernels_or_fail("moe_q", l.type).moe(l); }
 
-void run_matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
-                  const float* x, float* y, int tokens, const MatvecQOptions& options,
+void run_matvec_q(quant::Type t, std::span<const MatvecQMatrix> matrices, int64_t cols,
+                  const float* x, int tokens, const MatvecQOptions& options,
                   const MatvecQContext& ctx) {
   const char* name = quant::type_name(t);
   if (tokens < 1 || tokens > kMaxMatvecTokens)
@@ -78,12 +78,18 @@ void run_matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows,
   if (options.grid_copies != 0 && options.grid_copies != 1 && options.grid_copies != 8 &&
       options.grid_copies != 32)
     fail("CUDA matvec_q ", name, ": grid_copies ", options.grid_copies, " is not 0, 1, 8 or 32");
+  if (matrices.empty() || matrices.size() > size_t(kMaxMatvecQMatrices))
+    fail("CUDA matvec_q ", name, ": ", matrices.size(), " matrices, expected 1 to ",
+         kMaxMatvecQMatrices);
+  if (matrices.size() > 1 && tokens != 1)
+    fail("CUDA matvec_q ", name, ": several matrices take one activation, not ", tokens);
 
   if (!has_matvec_q(t)) {
     // launch_matvec checks its own shapes and alignment.
-    for (int k = 0; k < tokens; ++k)
-      launch_matvec(t, w, row_stride, rows, cols, x + k * cols, y + k * rows, ctx.tables,
-                    ctx.limits, ctx.stream);
+    for (const MatvecQMatrix& m : matrices)
+      for (int k = 0; k < tokens; ++k)
+        launch_matvec(t, m.w, m.row_stride, m.rows, cols, x + k * cols, m.y + k * m.rows,
+                      ctx.tables, ctx.limits, ctx.stream);
     return;
   }
 
@@ -94,29 +100,36 @@ void run_matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows,
       cols / info.block_elems > INT_MAX / 2)
     fail("CUDA matvec_q ", name, ": ", cols, " columns is not a positive multiple of the block (",
          info.block_elems, ")");
-  if (rows < 0) fail("CUDA matvec_q ", name, ": negative row count ", rows);
-  if (row_stride < quant::row_bytes(info, cols))
-    fail("CUDA matvec_q ", name, ": row stride ", row_stride, " is shorter than a row (",
-         quant::row_bytes(info, cols), " bytes)");
-  if (reinterpret_cast<uintptr_t>(w) % 2 != 0 || row_stride % 2 != 0 ||
-      reinterpret_cast<uintptr_t>(x) % 16 != 0)
-    fail("CUDA matvec_q ", name,
-         ": weights and row stride need 2-byte alignment, the activation 16");
-  if (rows == 0) return;
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    fail("CUDA matvec_q ", name, ": the activation needs 16-byte alignment");
+  MatvecQMatrix work[kMaxMatvecQMatrices];  // the matrices with rows
+  int n = 0;
+  for (const MatvecQMatrix& m : matrices) {
+    if (m.rows < 0) fail("CUDA matvec_q ", name, ": negative row count ", m.rows);
+    if (m.row_stride < quant::row_bytes(info, cols))
+      fail("CUDA matvec_q ", name, ": row stride ", m.row_stride, " is shorter than a row (",
+           quant::row_bytes(info, cols), " bytes)");
+    if (reinterpret_cast<uintptr_t>(m.w) % 2 != 0 || m.row_stride % 2 != 0)
+      fail("CUDA matvec_q ", name, ": weights and row stride need 2-byte alignment");
+    if (m.rows > 0) work[n++] = m;
+  }
+  if (n == 0) return;
 
   MatvecQLaunch l{};
-  l.w = w;
-  l.row_stride = row_stride;
-  l.rows = rows;
+  l.w = work[0].w;
+  l.row_stride = work[0].row_stride;
+  l.rows = work[0].rows;
   l.blocks = cols / info.block_elems;
   l.tokens = tokens;
-  l.y = y;
+  l.y = work[0].y;
   l.tables = ctx.tables;
   l.rows_per_warp = options.rows_per_warp;  // 0: the kernels' default (4)
   l.grid_copies = options.grid_copies;
   l.device = ctx.device;
   l.sm_count = ctx.sm_count;
   l.stream = ctx.stream;
+  l.matrices = work;
+  l.n_matrices = n;
 
   if (act == quant::ActFormat::F32) {
     l.act = x;

@@ -61,6 +61,18 @@ struct Args {
   int stage_row, stage_act;
 };
 
+// The matrices of a matvec_q_matrices_kernel launch and the CTAs each takes.
+struct Matrices {
+  struct Matrix {
+    const uint8_t* w;
+    size_t row_stride;
+    int64_t rows;
+    float* y;
+    int first_cta, ctas;
+  } at[kMaxMatvecQMatrices];
+  int n;
+};
+
 // Copies ------------------------------------------------------------------------------------------
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
@@ -286,12 +298,27 @@ __device__ __forceinline__ void stage_step(uint8_t* stage, const Args& a, int64_
   }
 }
 
-// The CTA's row groups blockIdx.x, blockIdx.x + gridDim.x, ... of y = W a (K::init_shared done).
+// The row groups a CTA takes: blockIdx.x, blockIdx.x + gridDim.x, ... (GridShare), or its share of
+// one matrix in a launch of several (MatrixShare). (A type, not two numbers, so the one-matrix
+// kernels compile to what they were: with the numbers as arguments the compiler allocated the
+// Q8_0 8-activation kernel 96 registers instead of 128.)
+struct GridShare {
+  __device__ int64_t first() const { return blockIdx.x; }
+  __device__ int64_t stride() const { return gridDim.x; }
+};
+struct MatrixShare {
+  int64_t first_group, ctas;
+  __device__ int64_t first() const { return first_group; }
+  __device__ int64_t stride() const { return ctas; }
+};
+
+// Row groups share.first(), + share.stride(), ... of y = W a (K::init_shared done).
 // kFused: the CTA quantizes a.x itself (a template parameter, so the plain mat-vec carries none of
 // that code: with it compiled in, the Q8_0 mat-vec measured 6.9 -> 9.3 us on the H200).
 // The stages are laid out for rows of at most `stage_blocks` blocks (a.nb or more).
-template <class K, bool kFused>
-__device__ __forceinline__ void run_row_groups(uint8_t* smem, Args& a, int64_t stage_blocks) {
+template <class K, bool kFused, class Share = GridShare>
+__device__ __forceinline__ void run_row_groups(uint8_t* smem, Args& a, int64_t stage_blocks,
+                                               const Share share = {}) {
   static_assert(!kFused || kActElems<K> != 0, "only Q8_0 and Q8_K activations are fused");
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const StageLayout layout = stage_layout<K>(stage_blocks);
@@ -299,14 +326,14 @@ __device__ __forceinline__ void run_row_groups(uint8_t* smem, Args& a, int64_t s
   uint8_t* const stages = smem + K::kSharedBytes;
   const int64_t groups = (a.rows + kCtaRows<K> - 1) / kCtaRows<K>;
   uint8_t* const fused_act = smem + fused_act_offset<K>(layout);
-  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+  for (int64_t g = share.first(); g < groups; g += share.stride()) {
     const int64_t r0 = g * kCtaRows<K>;
     typename K::Acc acc{};
     stage_step<K, kFused>(stages, a, r0, 0, warp, lane);
     cp_async_commit();
     // While the first weights are on their way (the loop's first barrier publishes it).
     if constexpr (kFused)
-      if (g == blockIdx.x) quantize_act_in_cta<K>(fused_act, a, warp, lane);
+      if (g == share.first()) quantize_act_in_cta<K>(fused_act, a, warp, lane);
     for (int t = 0; t < a.nsteps; ++t) {
       if (t + 1 < a.nsteps)
         stage_step<K, kFused>(stages + ((t + 1) & 1) * layout.bytes, a, r0, t + 1, warp, lane);
@@ -329,6 +356,24 @@ __global__ void __launch_bounds__(kThreads) matvec_q_kernel(Args a) {
   extern __shared__ __align__(16) uint8_t smem[];
   K::init_shared(smem, a);
   run_row_groups<K, false>(smem, a, a.nb);
+}
+
+// Several matrices of one activation in one launch (matvec_q over MatvecQMatrix lists): CTAs
+// first_cta .. first_cta + ctas - 1 of the grid take matrix i's row groups, each exactly as the
+// one-matrix kernel would (the same bits).
+template <class K>
+__global__ void __launch_bounds__(kThreads) matvec_q_matrices_kernel(Args a, const Matrices m) {
+  await_previous_kernel();
+  extern __shared__ __align__(16) uint8_t smem[];
+  K::init_shared(smem, a);
+  int i = 0;
+  while (i + 1 < m.n && int(blockIdx.x) >= m.at[i + 1].first_cta) ++i;
+  a.w = m.at[i].w;
+  a.row_stride = m.at[i].row_stride;
+  a.rows = m.at[i].rows;
+  a.y = m.at[i].y;
+  run_row_groups<K, false>(smem, a, a.nb,
+                           MatrixShare{int64_t(blockIdx.x) - m.at[i].first_cta, m.at[i].ctas});
 }
 
 // The widest copy unit (16, 8, 4 or 2 bytes) that divides every address a chunk copy starts at and
@@ -445,13 +490,40 @@ void launch(const MatvecQLaunch& l) {
                        last * K::kActBlockBytes);
   a.iq2xs_grid = l.tables.iq2xs_grid;
 
-  const int64_t groups = (l.rows + kCtaRows<K> - 1) / kCtaRows<K>;
   const size_t smem = smem_bytes<K>(stage_layout<K>(l.blocks), false);
-  const int64_t resident =
-      int64_t(resident_ctas<K, matvec_q_kernel<K>>(l.device, smem)) * l.sm_count;
-  const int grid = int(groups < resident ? groups : resident);
-  launch_kernel(matvec_q_kernel<K>, grid, kThreads, smem, l.stream, a);
-  check(cudaGetLastError(), "matvec_q launch");
+  if (l.n_matrices <= 1) {
+    const int64_t groups = (l.rows + kCtaRows<K> - 1) / kCtaRows<K>;
+    const int64_t resident =
+        int64_t(resident_ctas<K, matvec_q_kernel<K>>(l.device, smem)) * l.sm_count;
+    const int grid = int(groups < resident ? groups : resident);
+    launch_kernel(matvec_q_kernel<K>, grid, kThreads, smem, l.stream, a);
+    check(cudaGetLastError(), "matvec_q launch");
+    return;
+  }
+  if constexpr (K::T == 1) {
+    // Each matrix gets a CTA per row group while they all fit at once, else its share of them.
+    const int64_t resident =
+        int64_t(resident_ctas<K, matvec_q_matrices_kernel<K>>(l.device, smem)) * l.sm_count;
+    int64_t groups[kMaxMatvecQMatrices], total = 0;
+    for (int i = 0; i < l.n_matrices; ++i)
+      total += groups[i] = (l.matrices[i].rows + kCtaRows<K> - 1) / kCtaRows<K>;
+    Matrices m{};
+    m.n = l.n_matrices;
+    int grid = 0;
+    for (int i = 0; i < l.n_matrices; ++i) {
+      const MatvecQMatrix& src = l.matrices[i];
+      const int64_t share = total <= resident ? groups[i] : groups[i] * resident / total;
+      m.at[i] = {static_cast<const uint8_t*>(src.w), src.row_stride, src.rows, src.y, grid,
+                 int(share < 1 ? 1 : share)};
+      grid += m.at[i].ctas;
+      a.w_unit = std::min(a.w_unit, copy_unit(src.w, src.row_stride, size_t(K::kStep) * K::kBytes,
+                                              last * K::kBytes));
+    }
+    launch_kernel(matvec_q_matrices_kernel<K>, grid, kThreads, smem, l.stream, a, m);
+    check(cudaGetLastError(), "matvec_q launch");
+  } else {
+    fail("CUDA matvec_q: several matrices take one activation, not ", l.tokens);
+  }
 }
 
 template <class K>
