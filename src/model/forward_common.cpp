@@ -130,7 +130,17 @@ Tensor moe(Window& w, int64_t il, const Tensor& x) {
   const LayerWeights& L = w.w.layers[size_t(il)];
   backend::Backend& be = w.be;
   Tensor logits = w.tmp(w.T, w.c.n_expert);
-  be.matmul(L.ffn_gate_inp, x, logits);  // router_logits = F.linear(hidden_states, self.weight)
+  const bool shared_expert = present(L.ffn_gate_shexp);
+  Tensor shared_gate = shared_expert ? w.tmp(w.T, 1) : Tensor{};
+  // router_logits = F.linear(hidden_states, self.weight), and the shared expert's gate logit
+  // self.shared_expert_gate(hidden_states) with it (the same x: one launch where it can be)
+  if (shared_expert) {
+    const backend::Weight* ws[] = {&L.ffn_gate_inp, &L.ffn_gate_inp_shexp};
+    Tensor ys[] = {logits, shared_gate};
+    be.matmuls(ws, x, ys);
+  } else {
+    be.matmul(L.ffn_gate_inp, x, logits);
+  }
   // softmax, topk, and `router_top_value /= sum` when norm_topk_prob
   backend::Ids ids = w.tmp.ids(w.T, w.c.n_expert_used);
   Tensor weights = w.tmp(w.T, w.c.n_expert_used);
@@ -142,7 +152,7 @@ Tensor moe(Window& w, int64_t il, const Tensor& x) {
   }
   Tensor y = w.tmp(w.T, w.c.n_embd);  // zeros
   routed_experts(w, il, x, ids, weights, controlled ? &*controlled : nullptr, y);  // self.experts(...)
-  if (!present(L.ffn_gate_shexp)) return y;
+  if (!shared_expert) return y;
   // shared_expert_output = self.shared_expert(hidden_states)
   Tensor gate = w.tmp(w.T, w.c.n_ff_shexp), up = w.tmp(w.T, w.c.n_ff_shexp);
   const backend::Weight* ws[] = {&L.ffn_gate_shexp, &L.ffn_up_shexp};
@@ -151,9 +161,7 @@ Tensor moe(Window& w, int64_t il, const Tensor& x) {
   be.swiglu(gate, up, gate);  // act_fn(gate_proj(x)) * up_proj(x)
   Tensor shared = w.tmp(w.T, w.c.n_embd);
   be.matmul(L.ffn_down_shexp, gate, shared);  // down_proj(...)
-  // F.sigmoid(self.shared_expert_gate(hidden_states)) * shared_expert_output
-  Tensor shared_gate = w.tmp(w.T, 1);
-  be.matmul(L.ffn_gate_inp_shexp, x, shared_gate);
+  // F.sigmoid(shared_gate) * shared_expert_output
   be.add_mul_sigmoid(y, shared, shared_gate);  // expert_output + shared_expert_output
   return y;
 }

@@ -115,32 +115,43 @@ void CudaBackend::matmul(const Weight& w, const Tensor& x, Tensor y) {
 
 void CudaBackend::matmuls(std::span<const Weight* const> ws, const Tensor& x,
                           std::span<Tensor> ys) {
-  // One launch where the integer mat-vec takes them all: one row of x, one such format.
+  // One launch where one kernel takes them all: the integer mat-vec (one row of x) or the fp32
+  // matmul, for weights of one type.
   const auto same_type = [&](const Weight* w) { return w->type == ws[0]->type; };
-  const bool one_launch = ws.size() > 1 && ws.size() <= size_t(cuda::kMaxMatvecQMatrices) &&
-                          ws.size() == ys.size() && x.rows == 1 &&
-                          std::all_of(ws.begin(), ws.end(), same_type) &&
-                          cuda::has_matvec_q(ws[0]->type) &&
-                          reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
-  if (!one_launch) return Backend::matmuls(ws, x, ys);
+  const bool one_type = ws.size() > 1 && ws.size() <= size_t(cuda::kMaxMatvecQMatrices) &&
+                        ws.size() == ys.size() && std::all_of(ws.begin(), ws.end(), same_type);
+  const quant::Type t = one_type ? ws[0]->type : quant::Type::F32;
+  const quant::ActFormat fmt = quant::kernels(t).act;
+  const bool integer = one_type && cuda::has_matvec_q(t) && x.rows == 1 &&
+                       reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  const bool fp32 =
+      one_type && !cuda::has_matvec_q(t) && fmt == quant::ActFormat::F32 && rows_aligned(x);
+  if (!integer && !fp32) return Backend::matmuls(ws, x, ys);
   if (impl_->graphs.replaying()) return;
   const Impl::MatmulX this_x{x.data, x.rows, x.cols, x.stride};
   if (!(impl_->graphs.ops() == impl_->matmul_ops && impl_->matmul_x == this_x))
     impl_->end_matmul_chain();
   impl_->graphs.count_op(__func__);
-  cuda::MatvecQMatrix matrices[cuda::kMaxMatvecQMatrices];
-  for (size_t i = 0; i < ws.size(); ++i) {
-    check_matmul(*impl_, "matmuls", *ws[i], x, ys[i]);
-    matrices[i] = {ws[i]->data, ws[i]->row_stride, ws[i]->rows, ys[i].data};
-  }
+  for (size_t i = 0; i < ws.size(); ++i) check_matmul(*impl_, "matmuls", *ws[i], x, ys[i]);
   impl_->matmul_x = this_x;
   impl_->matmul_ops = impl_->graphs.ops();
+  if (x.rows == 0) return;
+  if (fp32) {
+    detail::MatmulMatrix matrices[cuda::kMaxMatvecQMatrices];
+    for (size_t i = 0; i < ws.size(); ++i)
+      matrices[i] = {ws[i]->data, ws[i]->row_stride, ws[i]->rows, ys[i]};
+    detail::launch_matmuls(impl_->ctx, t, {matrices, ws.size()}, x.cols, x.data, x.stride);
+    return;
+  }
+  cuda::MatvecQMatrix matrices[cuda::kMaxMatvecQMatrices];
+  for (size_t i = 0; i < ws.size(); ++i)
+    matrices[i] = {ws[i]->data, ws[i]->row_stride, ws[i]->rows, ys[i].data};
   Impl::MatmulX quantized = this_x;
-  quantized.format = int(quant::kernels(ws[0]->type).act);
+  quantized.format = int(fmt);
   cuda::MatvecQOptions options;
   options.x_unchanged = impl_->quantized_x == quantized;
-  impl_->device.matvec_q(ws[0]->type, {matrices, ws.size()}, x.cols, x.data, options);
-  if (quant::kernels(ws[0]->type).act != quant::ActFormat::F32) impl_->quantized_x = quantized;
+  impl_->device.matvec_q(t, {matrices, ws.size()}, x.cols, x.data, options);
+  if (fmt != quant::ActFormat::F32) impl_->quantized_x = quantized;
 }
 
 void CudaBackend::route_softmax_topk(const Tensor& logits, bool renormalize, Ids experts,

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "backend/backend.h"
 #include "backend/cuda/launch.h"
@@ -141,6 +142,16 @@ void launch_quantize_act(const DeviceContext& ctx, quant::ActFormat f, const Ten
 // act rows are act_stride floats apart, 16-byte aligned.
 void launch_matmul(const DeviceContext& ctx, quant::Type t, const void* w, size_t row_stride,
                    int64_t rows, int64_t cols, const float* act, int64_t act_stride, Tensor y);
+// The same for up to kMaxMatvecQMatrices weights of type t and `cols` columns in one launch: y of
+// each is [activations x its rows], every y the same activations.
+struct MatmulMatrix {
+  const void* w;
+  size_t row_stride;
+  int64_t rows;
+  Tensor y;
+};
+void launch_matmuls(const DeviceContext& ctx, quant::Type t, std::span<const MatmulMatrix> ms,
+                    int64_t cols, const float* act, int64_t act_stride);
 // y[r] = dequantized table row ids[r].
 // A row whose id is outside [0, table_rows) is written as zeros.
 void launch_get_rows(const DeviceContext& ctx, quant::Type t, const void* table, size_t row_stride,

@@ -42,23 +42,40 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Warp (blockIdx.x, warp) takes weight rows o; blockIdx.y a pass of kActsPerPass activation rows.
+// The weights of one matmul_kernel launch: rows first_row .. of the launch are matrix i's.
+struct RowMatrices {
+  struct Matrix {
+    const uint8_t* w;
+    size_t row_stride;
+    int64_t first_row;
+    float* y;
+    int64_t y_stride;
+  } at[kMaxMatvecQMatrices];
+  int n;
+  int64_t rows;  // of all of them
+};
+
+// Warp (blockIdx.x, warp) takes launch rows o; blockIdx.y a pass of kActsPerPass activation rows.
 template <typename D>
 __global__ void __launch_bounds__(kThreads)
-    matmul_kernel(const uint8_t* __restrict__ w, size_t row_stride, int64_t rows, int groups,
-                  const float* __restrict__ act, int64_t act_stride, int64_t n_act,
-                  float* __restrict__ y, int64_t y_stride, DecodeTables tables) {
+    matmul_kernel(const RowMatrices m, int groups, const float* __restrict__ act,
+                  int64_t act_stride, int64_t n_act, DecodeTables tables) {
   await_previous_kernel();
   const int64_t passes = (n_act + kActsPerPass - 1) / kActsPerPass;
   for (int64_t pass = blockIdx.y; pass < passes; pass += gridDim.y) {
     const int64_t first = pass * kActsPerPass;
     const int n = int(n_act - first < kActsPerPass ? n_act - first : kActsPerPass);
-    for (int64_t o = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; o < rows;
+    for (int64_t o = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; o < m.rows;
          o += int64_t(gridDim.x) * kWarps) {
+      RowMatrices::Matrix mi = m.at[0];  // (constant indices: the list stays in registers)
+#pragma unroll
+      for (int i = 1; i < kMaxMatvecQMatrices; ++i)
+        if (i < m.n && o >= m.at[i].first_row) mi = m.at[i];
+      const int64_t r = o - mi.first_row;
       warp_row_dots<D>(
-          w + size_t(o) * row_stride, groups, n, tables,
+          mi.w + size_t(r) * mi.row_stride, groups, n, tables,
           [&](int j) { return act + (first + j) * act_stride; },
-          [&](int j, float value) { y[(first + j) * y_stride + o] = value; });
+          [&](int j, float value) { mi.y[(first + j) * mi.y_stride + r] = value; });
     }
   }
 }
@@ -109,22 +126,39 @@ void launch_quantize_act(const DeviceContext& ctx, quant::ActFormat f, const Ten
 
 void launch_matmul(const DeviceContext& ctx, quant::Type t, const void* w, size_t row_stride,
                    int64_t rows, int64_t cols, const float* act, int64_t act_stride, Tensor y) {
+  const MatmulMatrix m{w, row_stride, rows, y};
+  launch_matmuls(ctx, t, {&m, 1}, cols, act, act_stride);
+}
+
+void launch_matmuls(const DeviceContext& ctx, quant::Type t, std::span<const MatmulMatrix> ms,
+                    int64_t cols, const float* act, int64_t act_stride) {
   const bool known = visit_decoder(t, [&](auto decoder) {
     using D = decltype(decoder);
     const char* name = quant::type_name(t);
     if (cols <= 0 || cols % D::kElems != 0 || cols % 8 != 0 || cols / 8 > INT_MAX - 32)
       fail("CUDA matmul ", name, ": ", cols, " columns is not a positive multiple of the block (",
            int(D::kElems), ") and of 8");
-    if (!aligned(w, D::kAlign) || row_stride % D::kAlign != 0)
-      fail("CUDA matmul ", name, ": weights and row stride need ", int(D::kAlign),
-           "-byte alignment");
-    if (rows == 0 || y.rows == 0) return;
-    const int gx = grid_for(rows, kWarps, ctx.limits.max_blocks);
-    const int64_t passes = (y.rows + kActsPerPass - 1) / kActsPerPass;
+    if (ms.empty() || ms.size() > size_t(kMaxMatvecQMatrices))
+      fail("CUDA matmul ", name, ": ", ms.size(), " matrices, expected 1 to ",
+           kMaxMatvecQMatrices);
+    RowMatrices m{};
+    for (const MatmulMatrix& mm : ms) {
+      if (!aligned(mm.w, D::kAlign) || mm.row_stride % D::kAlign != 0)
+        fail("CUDA matmul ", name, ": weights and row stride need ", int(D::kAlign),
+             "-byte alignment");
+      if (mm.y.rows != ms[0].y.rows)
+        fail("CUDA matmul ", name, ": outputs of ", mm.y.rows, " and ", ms[0].y.rows, " rows");
+      m.at[m.n++] = {static_cast<const uint8_t*>(mm.w), mm.row_stride, m.rows, mm.y.data,
+                     mm.y.stride};
+      m.rows += mm.rows;
+    }
+    const int64_t n_act = ms[0].y.rows;
+    if (m.rows == 0 || n_act == 0) return;
+    const int gx = grid_for(m.rows, kWarps, ctx.limits.max_blocks);
+    const int64_t passes = (n_act + kActsPerPass - 1) / kActsPerPass;
     const dim3 grid(unsigned(gx), unsigned(passes < 65535 ? passes : 65535));
-    launch_kernel(matmul_kernel<D>, grid, kThreads, 0, ctx.stream, static_cast<const uint8_t*>(w),
-                  row_stride, rows, int(cols / 8), act, act_stride, y.rows, y.data, y.stride,
-                  ctx.tables);
+    launch_kernel(matmul_kernel<D>, grid, kThreads, 0, ctx.stream, m, int(cols / 8), act,
+                  act_stride, n_act, ctx.tables);
     STRATA_CUDA_CHECK_LAUNCH("matmul_kernel");
   });
   if (!known) fail("CUDA matmul: no decoder for weight type ", quant::type_name(t));
