@@ -199,6 +199,33 @@ TEST(ToolCallParser, RandomSplitsGiveTheSameResult) {
   }
 }
 
+// A block with a repeated "name" or "arguments" key is malformed. Cut after the key's first
+// value, the call's name has streamed (and taken an index) before the repeat arrives; fed whole,
+// the same must happen, or the calls after it get other indices and ids (fuzz_constrained found
+// this; fuzz/corpus/constrained/regression-tool-call-duplicate-name-index.txt).
+TEST(ToolCallParser, ARepeatedKeyGivesTheSameIdsHoweverTheTextIsCut) {
+  const std::string good = "\n<tool_call>\n{\"name\": \"h\", \"arguments\": {\"x\": 1}}\n</tool_call>";
+  for (const std::string& bad :
+       {std::string("<tool_call>\n{\"name\": \"f\", \"name\": \"g\", \"arguments\": {}}\n</tool_call>"),
+        std::string("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}, \"arguments\": {\"b\": 2}}\n"
+                    "</tool_call>")}) {
+    const size_t cut = bad.find(", \"");  // right after the first "name" value
+    const Reply whole = parse(bad + good), pieces = parse({bad.substr(0, cut), bad.substr(cut) + good});
+    EXPECT_TRUE(whole.malformed) << bad;
+    EXPECT_EQ(whole.content, bad);
+    EXPECT_EQ(pieces.content, bad);
+    ASSERT_EQ(whole.calls.size(), 1u) << bad;
+    ASSERT_EQ(pieces.calls.size(), 1u) << bad;
+    EXPECT_EQ(whole.calls[0].index, pieces.calls[0].index) << bad;
+    EXPECT_EQ(whole.calls[0].id, pieces.calls[0].id) << bad;
+    ASSERT_EQ(whole.streamed.size(), pieces.streamed.size()) << bad;
+    for (const auto& [index, call] : whole.streamed) {
+      EXPECT_EQ(call.id, pieces.streamed.at(index).id) << bad;
+      EXPECT_EQ(call.arguments, pieces.streamed.at(index).arguments) << bad;
+    }
+  }
+}
+
 // What Qwen's template renders for an assistant turn with tool calls parses back to those calls.
 TEST(ToolCallParser, ParsesTheChatTemplatesOwnRendering) {
   const auto messages = nlohmann::ordered_json::parse(R"([

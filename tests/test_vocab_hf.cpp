@@ -220,5 +220,21 @@ TEST(HfTokenizerJson, PreTokenizerFieldsOfTheWrongKindNameTheField) {
             std::string::npos) << err;
 }
 
+// Found by fuzz_tokenizer_json (fifth session): one id of 5,555,226 in a 3 KB file filled the gap
+// with 5.5 M [PADn] tokens (13 s and 1 GB under ASan; at the old limit of 2^24, 2 GiB and 30 s).
+// Ids now stop at 2^21, far above real vocabularies (at most about 2^18).
+TEST(HfTokenizerJson, AnIdFarPastRealVocabulariesIsRefused) {
+  TempDir dir;
+  auto t = small_tokenizer();
+  t["model"]["vocab"]["c"] = 5555226;
+  std::string err = load_error(dir.file("tokenizer.json", t.dump()));
+  EXPECT_NE(err.find("model.vocab[\"c\"]: token id 5555226 is too large (limit 2097152)"), std::string::npos)
+      << err;
+  t = small_tokenizer();
+  t["added_tokens"][0]["id"] = 2097152;
+  err = load_error(dir.file("tokenizer.json", t.dump()));
+  EXPECT_NE(err.find("added_tokens[0].id: token id 2097152 is too large"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace strata::tokenizer

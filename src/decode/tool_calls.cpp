@@ -105,8 +105,10 @@ void ToolCallParser::end_value(size_t end) {
   const auto key = json_string(s.key);
   auto* slot = key == "name" ? &s.name : key == "arguments" ? &s.arguments : nullptr;
   if (slot) {
+    // A repeated key makes the block malformed; the first value stays, so what streamed of it
+    // stays consistent however the text was cut.
     if (*slot) s.duplicate = true;
-    *slot = std::make_pair(s.value_start, end);
+    else *slot = std::make_pair(s.value_start, end);
   }
   s.top = Scan::Top::After;
 }
@@ -177,7 +179,9 @@ void ToolCallParser::scan(ToolCallEvents& out) {
 void ToolCallParser::stream_call(ToolCallEvents& out) {
   const Scan& s = scan_;
   if (!streamed_index_) {
-    if (!s.name || s.duplicate) return;
+    // Not held back for a duplicate key: cut into pieces, the name would have gone out before the
+    // duplicate arrived, and whether a block takes an index must not depend on the cut.
+    if (!s.name) return;
     const auto name =
         json_string(std::string_view(body_).substr(s.name->first, s.name->second - s.name->first));
     if (!name) return;
