@@ -83,6 +83,10 @@ constexpr int kMaxMatvecTokens = 8;
 // IQ2_XS, FP8_E4M3); other formats fall back to matvec's fp32 kernel.
 bool has_matvec_q(quant::Type t);
 
+// Whether matvec_q takes more than kMaxMatvecTokens activations of format t in one call, on
+// tensor-core tiles with the mat-vec's bits (Q8_0).
+bool has_matmul_tiles(quant::Type t);
+
 // Bytes between consecutive activations in quantize_act's output: act_bytes rounded up to 16.
 size_t quantized_act_stride(quant::ActFormat f, int64_t cols);
 
@@ -139,7 +143,8 @@ class Device {
   // bitwise equal to the CPU for the formats of has_matvec_q (integer block sums, the CPU's float
   // order), deterministic, independent of the grid and of `tokens` (each activation's results
   // equal a one-activation call). Other formats: matvec per activation. tokens in
-  // [1, kMaxMatvecTokens]; cols a multiple of the block; w and row_stride 2-byte aligned, x 16.
+  // [1, kMaxMatvecTokens], or any positive count for the formats of has_matmul_tiles; cols a
+  // multiple of the block; w and row_stride 2-byte aligned, x 16.
   // The scratch grows on first use of a larger shape (after draining the stream): warm up before
   // capturing a graph.
   void matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,

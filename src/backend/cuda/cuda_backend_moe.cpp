@@ -2,6 +2,7 @@
 // CPU backend's (cpu::check_weight: a format with kernels, whole blocks of the weight and of its
 // activation layout), plus that every weight is device memory from weight().
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -85,21 +86,22 @@ void CudaBackend::matmul(const Weight& w, const Tensor& x, Tensor y) {
   impl_->matmul_x = this_x;
   impl_->matmul_ops = impl_->graphs.ops();
   const quant::ActFormat fmt = quant::kernels(w.type).act;
-  // The integer mat-vec: bitwise the CPU backend's matmul, up to kMaxMatvecTokens rows a call.
+  // The integer mat-vec: bitwise the CPU backend's matmul, up to kMaxMatvecTokens rows a call,
+  // or every row in one call where the format has tensor-core tiles.
   if (cuda::has_matvec_q(w.type) && x.stride == x.cols && y.stride == y.cols &&
-      reinterpret_cast<uintptr_t>(x.data) % 16 == 0) {
+      reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.rows <= INT_MAX) {
     Impl::MatmulX quantized = this_x;
     quantized.format = int(fmt);
     cuda::MatvecQOptions options;
     options.x_unchanged = impl_->quantized_x == quantized;
-    for (int64_t r = 0; r < x.rows; r += cuda::kMaxMatvecTokens) {
-      const int n = int(std::min<int64_t>(cuda::kMaxMatvecTokens, x.rows - r));
+    const int64_t per_call = cuda::has_matmul_tiles(w.type) ? x.rows : cuda::kMaxMatvecTokens;
+    for (int64_t r = 0; r < x.rows; r += per_call) {
+      const int n = int(std::min(per_call, x.rows - r));
       impl_->device.matvec_q(w.type, w.data, w.row_stride, w.rows, w.cols, x.data + r * x.cols,
                              y.data + r * y.cols, n, options);
     }
     // (More rows than one call takes leave only the last call's in the scratch.)
-    if (fmt != quant::ActFormat::F32 && x.rows <= cuda::kMaxMatvecTokens)
-      impl_->quantized_x = quantized;
+    if (fmt != quant::ActFormat::F32 && x.rows <= per_call) impl_->quantized_x = quantized;
     return;
   }
   if (fmt == quant::ActFormat::F32 && rows_aligned(x)) {

@@ -23,22 +23,26 @@ void launch_moe_q_q8_0(const MoeQLaunch& l);
 void launch_moe_q_q4_k(const MoeQLaunch& l);
 void launch_moe_q_iq2_xs(const MoeQLaunch& l);
 void launch_moe_q_fp8(const MoeQLaunch& l);
+void launch_matmul_q8_0_mma(const MatvecQLaunch& l);
 }  // namespace mvq
 
 namespace {
 
-// A weight format's integer kernels.
+// A weight format's integer kernels (tiles: tensor-core tiles for more than kMaxMatvecTokens
+// activations, null where the format has none).
 struct IntegerKernels {
   void (*matvec)(const MatvecQLaunch&);
   void (*moe)(const MoeQLaunch&);
+  void (*tiles)(const MatvecQLaunch&);
 };
 
 // Null where the format has none.
 const IntegerKernels* integer_kernels(quant::Type t) {
-  static constexpr IntegerKernels kQ8_0{mvq::launch_matvec_q_q8_0, mvq::launch_moe_q_q8_0},
-      kQ4_K{mvq::launch_matvec_q_q4_k, mvq::launch_moe_q_q4_k},
-      kIQ2_XS{mvq::launch_matvec_q_iq2_xs, mvq::launch_moe_q_iq2_xs},
-      kFP8{mvq::launch_matvec_q_fp8, mvq::launch_moe_q_fp8};
+  static constexpr IntegerKernels kQ8_0{mvq::launch_matvec_q_q8_0, mvq::launch_moe_q_q8_0,
+                                        mvq::launch_matmul_q8_0_mma},
+      kQ4_K{mvq::launch_matvec_q_q4_k, mvq::launch_moe_q_q4_k, nullptr},
+      kIQ2_XS{mvq::launch_matvec_q_iq2_xs, mvq::launch_moe_q_iq2_xs, nullptr},
+      kFP8{mvq::launch_matvec_q_fp8, mvq::launch_moe_q_fp8, nullptr};
   switch (t) {
     case quant::Type::Q8_0:
       return &kQ8_0;
@@ -71,8 +75,9 @@ void run_matvec_q(quant::Type t, std::span<const MatvecQMatrix> matrices, int64_
                   const float* x, int tokens, const MatvecQOptions& options,
                   const MatvecQContext& ctx) {
   const char* name = quant::type_name(t);
-  if (tokens < 1 || tokens > kMaxMatvecTokens)
-    fail("CUDA matvec_q ", name, ": ", tokens, " activations, expected 1 to ", kMaxMatvecTokens);
+  if (tokens < 1 || (tokens > kMaxMatvecTokens && !has_matmul_tiles(t)))
+    fail("CUDA matvec_q ", name, ": ", tokens, " activations, expected 1 to ", kMaxMatvecTokens,
+         " (more only for formats with tensor-core tiles)");
   if (options.rows_per_warp != 0 && options.rows_per_warp != 4 && options.rows_per_warp != 8)
     fail("CUDA matvec_q ", name, ": rows_per_warp ", options.rows_per_warp, " is not 0, 4 or 8");
   if (options.grid_copies != 0 && options.grid_copies != 1 && options.grid_copies != 8 &&
@@ -150,11 +155,17 @@ void run_matvec_q(quant::Type t, std::span<const MatvecQMatrix> matrices, int64_
     l.act = ctx.scratch.data();
     l.act_stride = stride;
   }
+  if (tokens > kMaxMatvecTokens) return integer_kernels(t)->tiles(l);
   launch_matvec_q(t, l);
 }
 
 }  // namespace detail
 
 bool has_matvec_q(quant::Type t) { return detail::integer_kernels(t) != nullptr; }
+
+bool has_matmul_tiles(quant::Type t) {
+  const detail::IntegerKernels* k = detail::integer_kernels(t);
+  return k && k->tiles;
+}
 
 }  // namespace strata::cuda
