@@ -252,7 +252,7 @@ struct MoeScratch {
   MoeScratch(const CudaBackend::Impl& impl, const Tensor& x, const ExpertTable& table,
              int64_t n_experts, int64_t n_listed, int64_t slots) {
     const int64_t ff_stride = (std::max(table.max_ff, table.max_cols) + 3) / 4 * 4;
-    const size_t ints = slots > 0 ? size_t(1 + 3 * slots + n_listed + n_experts) : 0;
+    const size_t ints = slots > 0 ? size_t(2 + 4 * slots + n_listed + n_experts) : 0;
     size_t bytes = (ints * 4 + 15) / 16 * 16;
     size_t x_off[3] = {};
     const bool x_direct = rows_aligned(x);
@@ -268,10 +268,12 @@ struct MoeScratch {
     if (slots > 0) {
       auto* i32 = reinterpret_cast<int32_t*>(base);
       buf.n_active = i32;
-      buf.active = i32 + 1;
+      buf.n_chunks = i32 + 1;
+      buf.active = i32 + 2;
       buf.first = buf.active + slots;
       buf.count = buf.first + slots;
-      buf.items = buf.count + slots;
+      buf.chunk_first = buf.count + slots;
+      buf.items = buf.chunk_first + slots;
       buf.slot_of = buf.items + n_listed;
     }
     for (int a = 0; a < 3; ++a) {
@@ -312,7 +314,9 @@ void expert_outputs(CudaBackend::Impl& impl, const Tensor& x, const Ids& routed,
   }
   const auto* entries = static_cast<const detail::ExpertEntry*>(table.device);
   if (integer_moe(table, x)) {
-    const MoeScratch s(impl, x, table, n_experts, n_listed, 0);
+    const bool grouped = n_listed > detail::kMoeByPairMaxPairs;
+    const MoeScratch s(impl, x, table, n_experts, n_listed,
+                       grouped ? std::min(n_experts, n_listed) : 0);
     detail::launch_moe_expert_outputs_q(
         impl.ctx, entries, n_experts, routed.data, routed.cols, listed, n_listed, x,
         table.gate_up_types.data(), int(table.gate_up_types.size()), table.down_types.data(),

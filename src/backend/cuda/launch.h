@@ -83,12 +83,27 @@ void launch_matvec_q(quant::Type t, const MatvecQLaunch& l);
 
 struct ExpertEntry;  // ops.h
 
+// Pairs of a long list grouped by expert (moe_group_kernel; device memory): n_active experts
+// with pairs, each with count[slot] list positions from items + first[slot], run in chunks of
+// kMoeChunkPairs: chunk_first[slot] is the slot's first chunk, n_chunks all of them.
+struct MoeGroups {
+  const int32_t* n_active;
+  const int32_t* active;
+  const int32_t* first;
+  const int32_t* count;
+  const int32_t* items;
+  const int32_t* chunk_first;
+  const int32_t* n_chunks;
+};
+constexpr int kMoeChunkPairs = 8;
+
 // The integer mat-vec over routed pairs. Position i < n_pairs is pair p = listed[i] (listed null:
 // p = i) of expert ids[p]; for matrix m = matrices[z] (z < n_matrices) of that expert,
 // y[z] + Y * y_stride = W_m act(i), act(i) = act[a] + (A / act_div) * act_stride[a] in the
 // matrix's activation layout a (its ExpertEntry::act), where A is p if act_at_pair else i, and Y
 // is p if y_at_pair else i. Only matrices of type `type` are computed; with write_zeros, a pair
-// whose id is outside the table or whose expert has no weights gets zero rows (max_rows of them).
+// whose id is outside the table or whose expert has no weights gets zero rows (max_rows of them;
+// grouped, a pair whose id is outside the table is in no group and gets nothing).
 struct MoeQLaunch {
   const ExpertEntry* table;
   int64_t n_experts;
@@ -111,6 +126,9 @@ struct MoeQLaunch {
   int64_t max_rows;
   int64_t max_cols;  // of every expert matrix the launch reads (sizes the kernels' stages)
   bool write_zeros;
+  // With groups.items set: the grouped kernel over at most max_chunks chunks.
+  MoeGroups groups;
+  int64_t max_chunks;
   DecodeTables tables;
   int device, sm_count;
   cudaStream_t stream;

@@ -59,7 +59,26 @@ struct Args {
   int act_blocks;
   // The shared-memory stage (stage_layout): bytes of a row's chunk and of an activation's chunk.
   int stage_row, stage_act;
+  // A grouped MoE launch (moe_q_grouped_kernel): activation t and its output row, per token (in
+  // shared memory); null: act + t * act_stride and y + t * rows.
+  const uint8_t* const* act_rows;
+  float* const* y_rows;
 };
+
+// (kGather: a grouped MoE launch's; a template parameter so that the other kernels compile to
+// what they were: a run-time test changed the registers ptxas gave the Q8_0 mat-vec from 128 to 56
+// with spills.)
+template <bool kGather>
+__device__ __forceinline__ const uint8_t* act_of(const Args& a, int tok) {
+  if constexpr (kGather) return a.act_rows[tok];
+  return a.act + size_t(tok) * a.act_stride;
+}
+
+template <bool kGather>
+__device__ __forceinline__ float* y_of(const Args& a, int tok) {
+  if constexpr (kGather) return a.y_rows[tok];
+  return a.y + size_t(tok) * size_t(a.rows);
+}
 
 // The matrices of a matvec_q_matrices_kernel launch and the CTAs each takes.
 struct Matrices {
@@ -274,7 +293,7 @@ __device__ __forceinline__ void quantize_act_in_cta(uint8_t* dst, const Args& a,
 
 // Warp w copies its own R row chunks and the chunks of activations w, w + kWarps, ... (kFused:
 // only the rows).
-template <class K, bool kFused>
+template <class K, bool kFused, bool kGather>
 __device__ __forceinline__ void stage_step(uint8_t* stage, const Args& a, int64_t r0, int t,
                                            int warp, int lane) {
   const int blk0 = t * K::kStep;
@@ -292,8 +311,8 @@ __device__ __forceinline__ void stage_step(uint8_t* stage, const Args& a, int64_
     for (int tok = warp; tok < K::T; tok += kWarps) {
       const int src = min(tok, a.tokens - 1);
       warp_copy(stage + kCtaRows<K> * a.stage_row + tok * a.stage_act,
-                a.act + size_t(src) * a.act_stride + size_t(blk0) * K::kActBlockBytes,
-                nblk * K::kActBlockBytes, a.a_unit, lane);
+                act_of<kGather>(a, src) + size_t(blk0) * K::kActBlockBytes, nblk * K::kActBlockBytes,
+                a.a_unit, lane);
     }
   }
 }
@@ -316,7 +335,7 @@ struct MatrixShare {
 // kFused: the CTA quantizes a.x itself (a template parameter, so the plain mat-vec carries none of
 // that code: with it compiled in, the Q8_0 mat-vec measured 6.9 -> 9.3 us on the H200).
 // The stages are laid out for rows of at most `stage_blocks` blocks (a.nb or more).
-template <class K, bool kFused, class Share = GridShare>
+template <class K, bool kFused, class Share = GridShare, bool kGather = false>
 __device__ __forceinline__ void run_row_groups(uint8_t* smem, Args& a, int64_t stage_blocks,
                                                const Share share = {}) {
   static_assert(!kFused || kActElems<K> != 0, "only Q8_0 and Q8_K activations are fused");
@@ -329,14 +348,15 @@ __device__ __forceinline__ void run_row_groups(uint8_t* smem, Args& a, int64_t s
   for (int64_t g = share.first(); g < groups; g += share.stride()) {
     const int64_t r0 = g * kCtaRows<K>;
     typename K::Acc acc{};
-    stage_step<K, kFused>(stages, a, r0, 0, warp, lane);
+    stage_step<K, kFused, kGather>(stages, a, r0, 0, warp, lane);
     cp_async_commit();
     // While the first weights are on their way (the loop's first barrier publishes it).
     if constexpr (kFused)
       if (g == share.first()) quantize_act_in_cta<K>(fused_act, a, warp, lane);
     for (int t = 0; t < a.nsteps; ++t) {
       if (t + 1 < a.nsteps)
-        stage_step<K, kFused>(stages + ((t + 1) & 1) * layout.bytes, a, r0, t + 1, warp, lane);
+        stage_step<K, kFused, kGather>(stages + ((t + 1) & 1) * layout.bytes, a, r0, t + 1, warp,
+                                       lane);
       cp_async_commit();
       cp_async_wait<1>();  // step t's group has landed (only step t + 1's may be in flight)
       __syncthreads();     // ... for every thread's copies
@@ -346,7 +366,7 @@ __device__ __forceinline__ void run_row_groups(uint8_t* smem, Args& a, int64_t s
       K::step(stage + warp * K::R * layout.row, act, smem, a, t, lane, acc);
       __syncthreads();  // every warp is done reading this stage before it is refilled
     }
-    K::finish(acc, a, r0 + warp * K::R, lane);
+    K::template finish<kGather>(acc, a, r0 + warp * K::R, lane);
   }
 }
 
@@ -442,6 +462,66 @@ __global__ void __launch_bounds__(kThreads, K::kMoeMinCtas) moe_q_kernel(const M
   run_row_groups<K, false>(smem, a, stage_blocks);
 }
 
+// A long list's pairs grouped by expert (MoeQLaunch::groups): CTA row blockIdx.y is chunk
+// l.first + blockIdx.y, up to K::T pairs of one expert (consecutive in its group), and runs them
+// as one K::T-activation mat-vec of that expert's matrix l.matrices[blockIdx.z]: the expert's
+// rows are decoded once per chunk instead of once per pair. Each pair's y is still bitwise the
+// plain mat-vec's (a row's arithmetic never depends on the other activations of its CTA).
+// Pairs whose expert id is outside the table are in no group (moe_hidden_kernel zeroes their
+// output rows).
+template <class K>
+__global__ void __launch_bounds__(kThreads) moe_q_grouped_kernel(const MoeQLaunch l) {
+  await_previous_kernel();
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ const uint8_t* act_rows[K::T];
+  __shared__ float* y_rows[K::T];
+  Args a{};
+  a.iq2xs_grid = l.tables.iq2xs_grid;
+  K::init_shared(smem, a);
+  const MoeGroups& gr = l.groups;
+  const int64_t chunk = l.first + blockIdx.y;
+  if (chunk >= *gr.n_chunks) return;
+  // The expert's slot: the last whose first chunk is at or before this one.
+  int lo = 0, hi = *gr.n_active - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (gr.chunk_first[mid] <= chunk) lo = mid; else hi = mid - 1;
+  }
+  const int m = l.matrices[blockIdx.z];
+  const ExpertEntry& en = l.table[gr.active[lo]];
+  const int64_t c = (chunk - gr.chunk_first[lo]) * K::T;
+  const int n = int(min(int64_t(K::T), gr.count[lo] - c));
+  if (int(threadIdx.x) < n) {
+    const int64_t i = gr.items[gr.first[lo] + c + threadIdx.x];
+    const int64_t p = l.listed ? l.listed[i] : i;
+    y_rows[threadIdx.x] = l.y[blockIdx.z] + (l.y_at_pair ? p : i) * l.y_stride;
+    const int act = en.act[m];
+    act_rows[threadIdx.x] = l.act[act] + size_t((l.act_at_pair ? p : i) / l.act_div) * l.act_stride[act];
+  }
+  __syncthreads();
+  if (!en.w[m]) {
+    if (l.write_zeros)
+      for (int tok = 0; tok < n; ++tok)
+        for (int64_t r = threadIdx.x; r < l.max_rows; r += kThreads) y_rows[tok][r] = 0.0f;
+    return;
+  }
+  if (en.type[m] != int32_t(l.type) || en.cols[m] > l.max_cols) return;
+  a.w = static_cast<const uint8_t*>(en.w[m]);
+  a.row_stride = en.row_stride[m];
+  a.rows = en.rows[m];
+  a.nb = en.cols[m] / l.block_elems;
+  a.nsteps = (a.nb + K::kStep - 1) / K::kStep;
+  a.tokens = n;
+  a.act_rows = act_rows;
+  a.y_rows = y_rows;
+  const size_t last = size_t(a.nb % K::kStep);
+  a.w_unit = copy_unit(a.w, a.row_stride, size_t(K::kStep) * K::kBytes, last * K::kBytes);
+  const int act = en.act[m];
+  a.a_unit = copy_unit(l.act[act], l.act_stride[act], size_t(K::kStep) * K::kActBlockBytes,
+                       last * K::kActBlockBytes);
+  run_row_groups<K, false, GridShare, true>(smem, a, moe_stage_blocks(l));
+}
+
 // Host side ---------------------------------------------------------------------------------------
 
 // Dynamic shared memory of a launch: K's tables, its stages, and with `fused` the whole quantized
@@ -526,25 +606,37 @@ void launch(const MatvecQLaunch& l) {
   }
 }
 
-template <class K>
+// moe_q_kernel<K> over the pairs, or with l.groups moe_q_grouped_kernel<G> (G::T = the chunk's
+// pairs) over the chunks (at most l.max_chunks of them; the device knows how many).
+template <class K, class G>
 void launch_moe(const MoeQLaunch& l) {
+  static_assert(K::T == 1 && G::T == kMoeChunkPairs, "one pair a CTA, or one chunk");
   if (l.n_pairs == 0 || l.n_matrices == 0) return;
-  const int64_t groups = (l.max_rows + kCtaRows<K> - 1) / kCtaRows<K>;
-  const bool fused = kActElems<K> != 0 && l.x;
-  const size_t smem =
-      smem_bytes<K>(stage_layout<K>(moe_stage_blocks(l)), fused);
-  const int64_t resident = int64_t(resident_ctas<K, moe_q_kernel<K>>(l.device, smem)) * l.sm_count;
+  const bool grouped = l.groups.items != nullptr;
+  const int64_t cta_rows = grouped ? kCtaRows<G> : kCtaRows<K>;
+  const int64_t groups = (l.max_rows + cta_rows - 1) / cta_rows;
+  const bool fused = !grouped && kActElems<K> != 0 && l.x;
+  const size_t smem = grouped ? smem_bytes<G>(stage_layout<G>(moe_stage_blocks(l)), false)
+                              : smem_bytes<K>(stage_layout<K>(moe_stage_blocks(l)), fused);
+  const int64_t resident =
+      int64_t(grouped ? resident_ctas<G, moe_q_grouped_kernel<G>>(l.device, smem)
+                      : resident_ctas<K, moe_q_kernel<K>>(l.device, smem)) *
+      l.sm_count;
   constexpr int64_t kMaxGridY = 65535;
-  for (int64_t first = 0; first < l.n_pairs; first += kMaxGridY) {
+  const int64_t rows_y = grouped ? l.max_chunks : l.n_pairs;
+  for (int64_t first = 0; first < rows_y; first += kMaxGridY) {
     MoeQLaunch part = l;
     part.first = first;
-    const int64_t pairs = l.n_pairs - first < kMaxGridY ? l.n_pairs - first : kMaxGridY;
+    const int64_t ys = rows_y - first < kMaxGridY ? rows_y - first : kMaxGridY;
     // As few CTAs as take the fewest rounds of row groups each.
-    const int64_t per_matrix = std::max<int64_t>(1, resident / (pairs * l.n_matrices));
+    const int64_t per_matrix = std::max<int64_t>(1, resident / (ys * l.n_matrices));
     const int64_t rounds = (groups + per_matrix - 1) / per_matrix;
     const int64_t gx = (groups + rounds - 1) / rounds;
-    const dim3 grid(unsigned(gx), unsigned(pairs), unsigned(l.n_matrices));
-    launch_kernel(moe_q_kernel<K>, grid, kThreads, smem, l.stream, part);
+    const dim3 grid(unsigned(gx), unsigned(ys), unsigned(l.n_matrices));
+    if (grouped)
+      launch_kernel(moe_q_grouped_kernel<G>, grid, kThreads, smem, l.stream, part);
+    else
+      launch_kernel(moe_q_kernel<K>, grid, kThreads, smem, l.stream, part);
     check(cudaGetLastError(), "moe_q launch");
   }
 }

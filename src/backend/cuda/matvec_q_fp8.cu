@@ -79,6 +79,7 @@ struct FP8Kernel {
     }
   }
 
+  template <bool kGather>
   __device__ static void finish(Acc& acc, const Args& a, int64_t r0, int lane) {
     const int l = lane & 7, slot = lane >> 3;
 #pragma unroll
@@ -87,7 +88,7 @@ struct FP8Kernel {
 #pragma unroll
       for (int tok = 0; tok < T; ++tok) {
         const float v = reduce8_lanes<1>(acc.v[k][tok]);
-        if (l == 0 && r < a.rows && tok < a.tokens) a.y[size_t(tok) * a.rows + r] = v;
+        if (l == 0 && r < a.rows && tok < a.tokens) y_of<kGather>(a, tok)[r] = v;
       }
     }
   }
@@ -105,6 +106,8 @@ void launch_matvec_q_fp8(const MatvecQLaunch& l) {
   return launch<FP8Kernel<4, 8>>(l);
 }
 
-void launch_moe_q_fp8(const MoeQLaunch& l) { launch_moe<FP8Kernel<4, 1>>(l); }
+void launch_moe_q_fp8(const MoeQLaunch& l) {
+  launch_moe<FP8Kernel<4, 1>, FP8Kernel<4, 8>>(l);
+}
 
 }  // namespace strata::cuda::detail::mvq

@@ -175,13 +175,14 @@ struct IQ2_XSKernel {
     }
   }
 
+  template <bool kGather>
   __device__ static void finish(Acc& acc, const Args& a, int64_t r0, int lane) {
     if (lane >= 8 || (lane & ((1 << kRowShift) - 1)) != 0) return;
     const int64_t r = r0 + (lane >> kRowShift);
     if (r >= a.rows) return;
 #pragma unroll
     for (int tok = 0; tok < T; ++tok)
-      if (tok < a.tokens) a.y[size_t(tok) * a.rows + r] = __fmul_rn(acc.v[tok], 0.125f);
+      if (tok < a.tokens) y_of<kGather>(a, tok)[r] = __fmul_rn(acc.v[tok], 0.125f);
   }
 };
 
@@ -199,6 +200,8 @@ void launch_matvec_q_iq2_xs(const MatvecQLaunch& l) {
   return launch<IQ2_XSKernel<2, 8, 1>>(l);
 }
 
-void launch_moe_q_iq2_xs(const MoeQLaunch& l) { launch_moe<IQ2_XSKernel<4, 1, 1>>(l); }
+void launch_moe_q_iq2_xs(const MoeQLaunch& l) {
+  launch_moe<IQ2_XSKernel<4, 1, 1>, IQ2_XSKernel<2, 8, 1>>(l);
+}
 
 }  // namespace strata::cuda::detail::mvq

@@ -125,6 +125,7 @@ struct Q4_KKernel {
 
   // Group g holds chains g and g + 4: their sum is reduce8's first level; groups 0/2 and 1/3, then
   // 0/1 finish it.
+  template <bool kGather>
   __device__ static void finish(Acc& acc, const Args& a, int64_t r0, int lane) {
 #pragma unroll
     for (int rr = 0; rr < R; ++rr) {
@@ -134,7 +135,7 @@ struct Q4_KKernel {
         v = __fadd_rn(v, __shfl_xor_sync(kFull, v, 16));
         v = __fadd_rn(v, __shfl_xor_sync(kFull, v, 8));
         if (lane == 0 && r0 + rr < a.rows && tok < a.tokens)
-          a.y[size_t(tok) * a.rows + r0 + rr] = v;
+          y_of<kGather>(a, tok)[r0 + rr] = v;
       }
     }
   }
@@ -152,6 +153,8 @@ void launch_matvec_q_q4_k(const MatvecQLaunch& l) {
   return launch<Q4_KKernel<2, 8>>(l);
 }
 
-void launch_moe_q_q4_k(const MoeQLaunch& l) { launch_moe<Q4_KKernel<4, 1>>(l); }
+void launch_moe_q_q4_k(const MoeQLaunch& l) {
+  launch_moe<Q4_KKernel<4, 1>, Q4_KKernel<2, 8>>(l);
+}
 
 }  // namespace strata::cuda::detail::mvq

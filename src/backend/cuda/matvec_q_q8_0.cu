@@ -69,6 +69,7 @@ struct Q8_0Kernel {
     }
   }
 
+  template <bool kGather>
   __device__ static void finish(Acc& acc, const Args& a, int64_t r0, int lane) {
     const int c = lane & 7, slot = lane >> 3;
 #pragma unroll
@@ -77,7 +78,7 @@ struct Q8_0Kernel {
 #pragma unroll
       for (int tok = 0; tok < T; ++tok) {
         const float v = reduce8_lanes<1>(acc.v[k][tok]);
-        if (c == 0 && r < a.rows && tok < a.tokens) a.y[size_t(tok) * a.rows + r] = v;
+        if (c == 0 && r < a.rows && tok < a.tokens) y_of<kGather>(a, tok)[r] = v;
       }
     }
   }
@@ -95,6 +96,8 @@ void launch_matvec_q_q8_0(const MatvecQLaunch& l) {
   return launch<Q8_0Kernel<4, 8>>(l);
 }
 
-void launch_moe_q_q8_0(const MoeQLaunch& l) { launch_moe<Q8_0Kernel<4, 1>>(l); }
+void launch_moe_q_q8_0(const MoeQLaunch& l) {
+  launch_moe<Q8_0Kernel<4, 1>, Q8_0Kernel<4, 8>>(l);
+}
 
 }  // namespace strata::cuda::detail::mvq

@@ -169,6 +169,11 @@ struct ExpertEntry {
   int32_t act[3];   // ActQuant of the matrix's activation layout
 };
 
+// Integer MoE lists up to this long (decode windows) run pair by pair, each CTA quantizing its
+// pair's activation itself; longer ones (prefill) quantize every row once beforehand and run
+// grouped by expert (MoeBuffers' slots needed).
+constexpr int64_t kMoeByPairMaxPairs = 64;
+
 // Device scratch of one MoE call; the launcher fills groups from the expert ids.
 struct MoeBuffers {
   int32_t* n_active;  // 1: experts with at least one listed pair
@@ -176,6 +181,8 @@ struct MoeBuffers {
   int32_t* first;     // [max_slots] their first item
   int32_t* count;     // [max_slots] their item count
   int32_t* items;     // [n_listed] listed indices grouped by expert, ascending within one
+  int32_t* chunk_first;  // [max_slots] their first chunk of kMoeChunkPairs items
+  int32_t* n_chunks;     // 1: chunks of all of them
   int32_t* slot_of;   // [n_experts] scratch
   float* x_act[3];    // x in each ActQuant layout the table's gate/up use ([T, n_embd])
   int64_t x_act_stride[3];

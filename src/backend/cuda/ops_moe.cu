@@ -4,9 +4,11 @@
 // of a warp argmax in the total order "probability descending (nan last), then id ascending",
 // each round taking the best strictly after the previous winner.
 //
-// Experts whose types all have an integer mat-vec (matvec_q*.cu) run on it, pair by pair, for
-// every window (launch_moe_expert_outputs_q): each pair's gate, up and down are bitwise the CPU's
-// dot products, so y is the CPU backend's. The others decode to fp32:
+// Experts whose types all have an integer mat-vec (matvec_q*.cu) run on it
+// (launch_moe_expert_outputs_q): lists of up to kMoeByPairMaxPairs pairs (decode) pair by pair,
+// longer ones (prefill) grouped by expert (moe_group_kernel) in chunks of kMoeChunkPairs pairs of
+// one expert, each chunk one several-activation mat-vec. Either way each pair's gate, up and down
+// are bitwise the CPU's dot products, so y is the CPU backend's. The others decode to fp32:
 // the listed pairs are grouped by expert on the device (moe_group_kernel: per expert its
 // pairs in ascending order), so each routed expert's gate, up and down rows are decoded once per
 // pass of 8 pairs for all pairs routed to it. Each pair's dot products are warp_row_dots, i.e.
@@ -16,6 +18,7 @@
 // like any activation; moe_combine adds the pair outputs in rank order with fma, as the CPU does.
 #include <cub/block/block_scan.cuh>
 
+#include <algorithm>
 #include <climits>
 
 #include "backend/cuda/check.h"
@@ -33,36 +36,33 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kGroupThreads = 1024;
-// Lists up to this long (decode windows) have each CTA quantize its pair's activation itself;
-// longer ones (prefill) quantize every row once beforehand, since each row's CTAs would repeat it.
-constexpr int64_t kMoeFusedActMaxPairs = 64;
-
 __device__ __forceinline__ int32_t pair_of(const int32_t* listed, int64_t i) {
   return listed ? listed[i] : int32_t(i);
 }
 
 // One thread block: counts per expert, slots in ascending expert order (a block-wide prefix sum
-// of "has pairs" and of the counts, chunk by chunk of kGroupThreads experts), then each expert's
-// items in ascending order.
+// of "has pairs", of the counts and of their chunks of kMoeChunkPairs, chunk by chunk of
+// kGroupThreads experts), then each expert's items in ascending order.
 __global__ void __launch_bounds__(kGroupThreads)
     moe_group_kernel(const int32_t* __restrict__ ids, const int32_t* __restrict__ listed,
                      int64_t n_listed, int64_t n_experts, MoeBuffers buf) {
   await_previous_kernel();
-  using Scan = cub::BlockScan<int2, kGroupThreads>;
+  using Scan = cub::BlockScan<int3, kGroupThreads>;
   __shared__ typename Scan::TempStorage scan;
-  __shared__ int2 carry;
-  if (threadIdx.x == 0) carry = make_int2(0, 0);
+  __shared__ int3 carry;
+  if (threadIdx.x == 0) carry = make_int3(0, 0, 0);
   __syncthreads();
   for (int64_t base = 0; base < n_experts; base += kGroupThreads) {
     const int64_t e = base + threadIdx.x;
     int32_t c = 0;
     if (e < n_experts)
       for (int64_t i = 0; i < n_listed; ++i) c += ids[pair_of(listed, i)] == e;
-    // x: slots before this expert, y: items before it.
-    int2 before, total;
-    Scan(scan).ExclusiveScan(make_int2(c > 0, c), before, make_int2(0, 0),
-                             [](int2 a, int2 b) { return make_int2(a.x + b.x, a.y + b.y); }, total);
-    const int2 at = carry;
+    // x: slots before this expert, y: items before it, z: chunks before it.
+    int3 before, total;
+    Scan(scan).ExclusiveScan(
+        make_int3(c > 0, c, (c + kMoeChunkPairs - 1) / kMoeChunkPairs), before, make_int3(0, 0, 0),
+        [](int3 a, int3 b) { return make_int3(a.x + b.x, a.y + b.y, a.z + b.z); }, total);
+    const int3 at = carry;
     if (e < n_experts) {
       const int32_t slot = at.x + before.x;
       buf.slot_of[e] = c > 0 ? slot : -1;
@@ -70,13 +70,14 @@ __global__ void __launch_bounds__(kGroupThreads)
         buf.active[slot] = int32_t(e);
         buf.first[slot] = at.y + before.y;
         buf.count[slot] = c;
+        buf.chunk_first[slot] = at.z + before.z;
       }
     }
     __syncthreads();  // every thread has read carry and the scan storage is free again
-    if (threadIdx.x == 0) carry = make_int2(at.x + total.x, at.y + total.y);
+    if (threadIdx.x == 0) carry = make_int3(at.x + total.x, at.y + total.y, at.z + total.z);
     __syncthreads();
   }
-  if (threadIdx.x == 0) *buf.n_active = carry.x;
+  if (threadIdx.x == 0) *buf.n_active = carry.x, *buf.n_chunks = carry.z;
   __syncthreads();
   for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) {
     const int32_t slot = buf.slot_of[e];
@@ -225,11 +226,17 @@ __device__ void hidden_row(const float* gate, const float* up, float* h, int64_t
 __global__ void __launch_bounds__(kThreads)
     moe_hidden_kernel(const ExpertEntry* __restrict__ table, int64_t n_experts,
                       const int32_t* __restrict__ ids, const int32_t* __restrict__ listed,
-                      int64_t n_listed, MoeBuffers buf, bool plain) {
+                      int64_t n_listed, MoeBuffers buf, bool plain, Tensor unrouted_out) {
   await_previous_kernel();
   for (int64_t i = blockIdx.x; i < n_listed; i += gridDim.x) {
     const int32_t e = ids[pair_of(listed, i)];
-    if (e < 0 || e >= n_experts) continue;
+    if (e < 0 || e >= n_experts) {
+      // (The grouped down never visits this pair: its output row is zero here.)
+      if (unrouted_out.data)
+        for (int64_t k = threadIdx.x; k < unrouted_out.cols; k += blockDim.x)
+          unrouted_out.data[pair_of(listed, i) * unrouted_out.stride + k] = 0.0f;
+      continue;
+    }
     const ExpertEntry& en = table[e];
     const float* g = buf.gate + i * buf.ff_stride;
     const float* u = buf.up + i * buf.ff_stride;
@@ -368,7 +375,7 @@ void launch_moe_expert_outputs(const DeviceContext& ctx, const ExpertEntry* tabl
     });
   }
   launch_kernel(moe_hidden_kernel, unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)), kThreads,
-                0, ctx.stream, table, n_experts, expert_ids, listed, n_listed, buf, false);
+                0, ctx.stream, table, n_experts, expert_ids, listed, n_listed, buf, false, out);
   STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
   for (int i = 0; i < n_down_types; ++i) {
     visit_decoder(down_types[i], [&](auto decoder) {
@@ -409,7 +416,7 @@ void launch_moe_experts_by_pair(const DeviceContext& ctx, const ExpertEntry* tab
     });
   }
   launch_kernel(moe_hidden_kernel, unsigned(grid_for(n_pairs, 1, ctx.limits.max_blocks)), kThreads,
-                0, ctx.stream, table, n_experts, expert_ids, nullptr, n_pairs, buf, false);
+                0, ctx.stream, table, n_experts, expert_ids, nullptr, n_pairs, buf, false, Tensor{});
   STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
   visit_decoder(down_type, [&](auto decoder) {
     using D = decltype(decoder);
@@ -437,8 +444,20 @@ void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* ta
   l.device = ctx.index;
   l.sm_count = ctx.sm_count;
   l.stream = ctx.stream;
+  // Long lists (prefill) by expert, in chunks of kMoeChunkPairs pairs: each chunk decodes its
+  // expert's rows once for all its pairs.
+  const bool grouped = n_listed > kMoeByPairMaxPairs;
+  if (grouped) {
+    launch_kernel(moe_group_kernel, 1, kGroupThreads, 0, ctx.stream, expert_ids, listed, n_listed,
+                  n_experts, buf);
+    STRATA_CUDA_CHECK_LAUNCH("moe_group_kernel");
+    l.groups = {buf.n_active, buf.active,      buf.first,   buf.count,
+                buf.items,    buf.chunk_first, buf.n_chunks};
+    const int64_t slots = std::min(n_listed, n_experts);
+    l.max_chunks = slots + n_listed / kMoeChunkPairs;  // sum of ceil(count / chunk) over the slots
+  }
   // x as bytes in each layout gate/up read (x itself for fp32), unless the kernels quantize it.
-  const bool fused_x = x.cols <= kMaxFusedActCols && n_listed <= kMoeFusedActMaxPairs;
+  const bool fused_x = x.cols <= kMaxFusedActCols && n_listed <= kMoeByPairMaxPairs;
   if (fused_x) l.x = x.data, l.x_stride = x.stride;
   for (int a = 0; a < 3; ++a) {
     if (!buf.x_act[a]) continue;
@@ -471,11 +490,12 @@ void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* ta
   };
   launch_each_type(gate_up_types, n_gate_up_types);
   launch_kernel(moe_hidden_kernel, unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)), kThreads,
-                0, ctx.stream, table, n_experts, expert_ids, listed, n_listed, buf, true);
+                0, ctx.stream, table, n_experts, expert_ids, listed, n_listed, buf, true,
+                grouped ? out : Tensor{});
   STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
   // The hidden rows as bytes in each down layout (unless the kernels quantize them), the first
   // written over the gate rows (read by now), a second over the up rows.
-  const bool fused_hidden = max_cols <= kMaxFusedActCols && n_listed <= kMoeFusedActMaxPairs;
+  const bool fused_hidden = max_cols <= kMaxFusedActCols && n_listed <= kMoeByPairMaxPairs;
   l.x = fused_hidden ? buf.hidden : nullptr, l.x_stride = buf.ff_stride;
   l.act[0] = l.act[1] = l.act[2] = nullptr;
   float* free_rows[2] = {buf.gate, buf.up};
