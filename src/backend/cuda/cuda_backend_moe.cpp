@@ -252,7 +252,7 @@ struct MoeScratch {
   MoeScratch(const CudaBackend::Impl& impl, const Tensor& x, const ExpertTable& table,
              int64_t n_experts, int64_t n_listed, int64_t slots) {
     const int64_t ff_stride = (std::max(table.max_ff, table.max_cols) + 3) / 4 * 4;
-    const size_t ints = slots > 0 ? size_t(2 + 4 * slots + n_listed + n_experts) : 0;
+    const size_t ints = slots > 0 ? size_t(2 + 5 * slots + n_listed + n_experts) : 0;
     size_t bytes = (ints * 4 + 15) / 16 * 16;
     size_t x_off[3] = {};
     const bool x_direct = rows_aligned(x);
@@ -273,7 +273,8 @@ struct MoeScratch {
       buf.first = buf.active + slots;
       buf.count = buf.first + slots;
       buf.chunk_first = buf.count + slots;
-      buf.items = buf.chunk_first + slots;
+      buf.cursor = buf.chunk_first + slots;
+      buf.items = buf.cursor + slots;
       buf.slot_of = buf.items + n_listed;
     }
     for (int a = 0; a < 3; ++a) {

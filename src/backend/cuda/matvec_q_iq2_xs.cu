@@ -129,6 +129,7 @@ struct IQ2_XSKernel {
         decode<true>(qb, table, copy, mag[3][0], mag[3][1], neg_mag[3][0], neg_mag[3][1]);
 #pragma unroll
         for (int tok = 0; tok < T; ++tok) {
+          if (T > 1 && tok >= a.tokens) break;  // (uniform) a chunk of fewer pairs
           uint32_t x[8];
           if constexpr (T == 1) {
 #pragma unroll
@@ -157,6 +158,7 @@ struct IQ2_XSKernel {
           half_bits_to_float(*reinterpret_cast<const uint16_t*>(own_row + kBytes * bi));
 #pragma unroll
       for (int tok = 0; tok < T; ++tok) {
+        if (T > 1 && tok >= a.tokens) break;  // (uniform) a chunk of fewer pairs
         const uint8_t* act_tok = act + tok * a.stage_act;
         const float block_sum = __int2float_rn(reduce_scatter8<R>(isum[tok], j));
         const float scale =

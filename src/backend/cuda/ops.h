@@ -180,7 +180,8 @@ struct MoeBuffers {
   int32_t* active;    // [max_slots] their ids, ascending
   int32_t* first;     // [max_slots] their first item
   int32_t* count;     // [max_slots] their item count
-  int32_t* items;     // [n_listed] listed indices grouped by expert, ascending within one
+  int32_t* items;     // [n_listed] listed indices grouped by expert
+  int32_t* cursor;    // [max_slots] scratch
   int32_t* chunk_first;  // [max_slots] their first chunk of kMoeChunkPairs items
   int32_t* n_chunks;     // 1: chunks of all of them
   int32_t* slot_of;   // [n_experts] scratch

@@ -10,7 +10,7 @@
 // one expert, each chunk one several-activation mat-vec. Either way each pair's gate, up and down
 // are bitwise the CPU's dot products, so y is the CPU backend's. The others decode to fp32:
 // the listed pairs are grouped by expert on the device (moe_group_kernel: per expert its
-// pairs in ascending order), so each routed expert's gate, up and down rows are decoded once per
+// pairs), so each routed expert's gate, up and down rows are decoded once per
 // pass of 8 pairs for all pairs routed to it. Each pair's dot products are warp_row_dots, i.e.
 // bitwise Device::matvec of that pair's activation, whatever else the window routes: a T-row
 // window equals T one-row windows bit for bit. The hidden layer is swiglu(gate, up), zero past
@@ -40,9 +40,11 @@ __device__ __forceinline__ int32_t pair_of(const int32_t* listed, int64_t i) {
   return listed ? listed[i] : int32_t(i);
 }
 
-// One thread block: counts per expert, slots in ascending expert order (a block-wide prefix sum
-// of "has pairs", of the counts and of their chunks of kMoeChunkPairs, chunk by chunk of
-// kGroupThreads experts), then each expert's items in ascending order.
+// One thread block: counts per expert (atomics into slot_of), slots in ascending expert order (a
+// block-wide prefix sum of "has pairs", of the counts and of their chunks of kMoeChunkPairs,
+// kGroupThreads experts at a time), then each pair into its expert's items. The order of the
+// items within an expert is the atomics' and may differ run to run; nothing depends on it, since
+// each pair's results are its own whatever pairs share its chunk.
 __global__ void __launch_bounds__(kGroupThreads)
     moe_group_kernel(const int32_t* __restrict__ ids, const int32_t* __restrict__ listed,
                      int64_t n_listed, int64_t n_experts, MoeBuffers buf) {
@@ -50,13 +52,18 @@ __global__ void __launch_bounds__(kGroupThreads)
   using Scan = cub::BlockScan<int3, kGroupThreads>;
   __shared__ typename Scan::TempStorage scan;
   __shared__ int3 carry;
+  const auto expert_of = [&](int64_t i) { return ids[pair_of(listed, i)]; };
+  for (int64_t e = threadIdx.x; e < n_experts; e += kGroupThreads) buf.slot_of[e] = 0;
   if (threadIdx.x == 0) carry = make_int3(0, 0, 0);
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n_listed; i += kGroupThreads) {
+    const int32_t e = expert_of(i);
+    if (e >= 0 && e < n_experts) atomicAdd(&buf.slot_of[e], 1);
+  }
   __syncthreads();
   for (int64_t base = 0; base < n_experts; base += kGroupThreads) {
     const int64_t e = base + threadIdx.x;
-    int32_t c = 0;
-    if (e < n_experts)
-      for (int64_t i = 0; i < n_listed; ++i) c += ids[pair_of(listed, i)] == e;
+    const int32_t c = e < n_experts ? buf.slot_of[e] : 0;
     // x: slots before this expert, y: items before it, z: chunks before it.
     int3 before, total;
     Scan(scan).ExclusiveScan(
@@ -71,6 +78,7 @@ __global__ void __launch_bounds__(kGroupThreads)
         buf.first[slot] = at.y + before.y;
         buf.count[slot] = c;
         buf.chunk_first[slot] = at.z + before.z;
+        buf.cursor[slot] = at.y + before.y;
       }
     }
     __syncthreads();  // every thread has read carry and the scan storage is free again
@@ -78,13 +86,9 @@ __global__ void __launch_bounds__(kGroupThreads)
     __syncthreads();
   }
   if (threadIdx.x == 0) *buf.n_active = carry.x, *buf.n_chunks = carry.z;
-  __syncthreads();
-  for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) {
-    const int32_t slot = buf.slot_of[e];
-    if (slot < 0) continue;
-    int32_t k = buf.first[slot];
-    for (int64_t i = 0; i < n_listed; ++i)
-      if (ids[pair_of(listed, i)] == e) buf.items[k++] = int32_t(i);
+  for (int64_t i = threadIdx.x; i < n_listed; i += kGroupThreads) {
+    const int32_t e = expert_of(i);
+    if (e >= 0 && e < n_experts) buf.items[atomicAdd(&buf.cursor[buf.slot_of[e]], 1)] = int32_t(i);
   }
 }
 

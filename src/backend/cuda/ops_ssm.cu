@@ -1,8 +1,10 @@
-// The recurrent ops of the DeltaNet layers and the PLE conv. Each output column is independent of
-// the others, so one thread owns a column for the whole window and walks it in time order, exactly
-// the loops of ops_ssm.cpp / ops_vec_body.h: the conv is one thread per channel, the delta rule one
-// thread per (head, value dim j) holding column j of the head's state. Bitwise the CPU's except
-// through expf (silu, the decay), which rounds differently from glibc by an ulp at times.
+// The recurrent ops of the DeltaNet layers and the PLE conv, with the arithmetic of the loops of
+// ops_ssm.cpp / ops_vec_body.h. The conv's outputs depend on the inputs only, so a CTA takes 32
+// channels and its threads the window's tokens (each output one thread, the CPU's tap order),
+// then shifts those channels' state once all of them are computed. The delta rule is one thread
+// per (head, value dim j) holding column j of the head's state, walking the window in time order.
+// Bitwise the CPU's except through expf (silu, the decay), which rounds differently from glibc by
+// an ulp at times.
 #include <cmath>
 
 #include "backend/cuda/check.h"
@@ -16,26 +18,32 @@ namespace {
 
 constexpr int kThreads = 128;
 
+constexpr int kConvChannels = 32;  // a CTA's channels: threadIdx.x
+constexpr int kConvTokenLanes = 8;  // threadIdx.y walks the tokens in steps of blockDim.y
+
+// Block (32, 1 or 8): channels 32 blockIdx.x + threadIdx.x, tokens threadIdx.y, + blockDim.y, ...
 __global__ void conv1d_silu_kernel(const float* __restrict__ x, int64_t x_stride, int64_t T,
                                    int64_t C, float* state, int64_t s_stride,
                                    const float* __restrict__ w, int64_t K, int64_t D,
                                    float* __restrict__ y, int64_t y_stride) {
   await_previous_kernel();
   const int64_t S = (K - 1) * D;
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C;
-       c += int64_t(gridDim.x) * blockDim.x) {
-    // in(t) for t in [-S, T): the state rows, then x.
-    auto in = [&](int64_t t) { return t < 0 ? state[(S + t) * s_stride + c] : x[t * x_stride + c]; };
+  const int64_t c = int64_t(blockIdx.x) * kConvChannels + threadIdx.x;
+  // in(t) for t in [-S, T): the state rows, then x.
+  auto in = [&](int64_t t) { return t < 0 ? state[(S + t) * s_stride + c] : x[t * x_stride + c]; };
+  if (c < C) {
     const float* wc = w + c * K;
-    for (int64_t t = 0; t < T; ++t) {
+    for (int64_t t = threadIdx.y; t < T; t += blockDim.y) {
       float acc = 0.0f;
       for (int64_t j = 0; j < K; ++j) acc = __fadd_rn(acc, __fmul_rn(wc[j], in(t - (K - 1 - j) * D)));
       y[t * y_stride + c] = __fdiv_rn(acc, __fadd_rn(1.0f, expf(-acc)));
     }
-    // State row s takes in(T - S + s), which is x or state row T + s >= s: not yet overwritten
-    // when the rows are shifted oldest first.
-    for (int64_t s = 0; s < S; ++s) state[s * s_stride + c] = in(T - S + s);
   }
+  __syncthreads();  // every output has read the old state
+  // State row s takes in(T - S + s), which is x or state row T + s >= s: not yet overwritten
+  // when the rows are shifted oldest first.
+  if (c < C && threadIdx.y == 0)
+    for (int64_t s = 0; s < S; ++s) state[s * s_stride + c] = in(T - S + s);
 }
 
 // Thread (h, j): column j of head h's state S[i][j], i < dk, at state rows h*dk + i. Value head h
@@ -168,9 +176,13 @@ __global__ void ssm_gates_kernel(const float* __restrict__ b, int64_t b_stride,
 void launch_conv1d_silu(const DeviceContext& ctx, const Tensor& x, Tensor state, const float* w,
                         int64_t kernel, int64_t dilation, Tensor y) {
   if (x.cols == 0) return;
-  launch_kernel(conv1d_silu_kernel, grid_for(x.cols, kThreads, ctx.limits.max_blocks), kThreads, 0,
-                ctx.stream, x.data, x.stride, x.rows, x.cols, state.data, state.stride, w, kernel,
-                dilation, y.data, y.stride);
+  const int64_t blocks = (x.cols + kConvChannels - 1) / kConvChannels;
+  if (blocks > ctx.limits.max_blocks)
+    fail("CUDA conv1d_silu: ", x.cols, " channels, more than the grid takes (",
+         ctx.limits.max_blocks * kConvChannels, ")");
+  const dim3 block(kConvChannels, x.rows >= kConvTokenLanes ? kConvTokenLanes : 1);
+  launch_kernel(conv1d_silu_kernel, unsigned(blocks), block, 0, ctx.stream, x.data, x.stride,
+                x.rows, x.cols, state.data, state.stride, w, kernel, dilation, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("conv1d_silu_kernel");
 }
 
