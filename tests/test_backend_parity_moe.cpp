@@ -205,12 +205,17 @@ struct Experts {
 
 // F16 last: the other types have integer dot products on every backend (integer_only leaves it
 // out, so that CUDA's integer MoE path runs; with F16 its MoE decodes to fp32).
-Experts random_experts(Rng& rng, int64_t E, int64_t n_embd, int64_t n_ff, bool integer_only = false) {
+// Every third expert of a random type, the others Q4_K; every_integer_type: expert e of integer
+// type e % 4 (each of the four in one table).
+Experts random_experts(Rng& rng, int64_t E, int64_t n_embd, int64_t n_ff, bool integer_only = false,
+                       bool every_integer_type = false) {
   const quant::Type types[] = {quant::Type::Q4_K, quant::Type::Q8_0, quant::Type::IQ2_XS,
                                quant::Type::FP8_E4M3, quant::Type::F16};
   Experts ex{{}, n_embd, n_ff};
   for (int64_t e = 0; e < E; ++e) {
-    const quant::Type t = e % 3 == 1 ? types[rng.below(integer_only ? 4 : 5)] : quant::Type::Q4_K;
+    const quant::Type t = every_integer_type ? types[e % 4]
+                          : e % 3 == 1       ? types[rng.below(integer_only ? 4 : 5)]
+                                             : quant::Type::Q4_K;
     ex.tensors.push_back(random_tensor("gate", t, n_ff, n_embd, 1, rng.next()));
     ex.tensors.push_back(random_tensor("up", t, n_ff, n_embd, 1, rng.next()));
     ex.tensors.push_back(random_tensor("down", t, n_embd, n_ff, 1, rng.next()));
@@ -268,8 +273,9 @@ Routing rows_of(const Routing& r, int64_t first, int64_t n) {
 }
 
 TEST_P(WeightOps, MoeRandomExperts) {
-  // Draws 45 and 46 are prefill-sized windows (80 to 160 pairs, several per expert): on CUDA
-  // their integer experts run grouped by expert in chunks, the one-row windows pair by pair.
+  // Draws 45 and 46 are prefill-sized windows (80 to 160 pairs, several per expert) with experts
+  // of every integer type: on CUDA they run grouped by expert in chunks (IQ2_XS on the tensor
+  // cores), the one-row windows pair by pair.
   for (uint64_t draw : {41, 42, 43, 44, 45, 46}) {
     Rng rng(draw);
     const bool long_window = draw >= 45;
@@ -279,7 +285,7 @@ TEST_P(WeightOps, MoeRandomExperts) {
                   n_embd = 256 * pick(rng, 1, 2), n_ff = 256 * pick(rng, 1, 2);
     SCOPED_TRACE(::testing::Message() << "E " << E << " K " << K << " T " << T << " n_embd "
                                       << n_embd << " n_ff " << n_ff);
-    const Experts ex = random_experts(rng, E, n_embd, n_ff, draw >= 44);
+    const Experts ex = random_experts(rng, E, n_embd, n_ff, draw >= 44, long_window);
     const Routing routing = random_routing(rng, T, E, K);
     const Floats x = normal_floats(size_t(T * n_embd), draw), y0 = normal_floats(size_t(T * n_embd), draw + 1);
 

@@ -298,7 +298,8 @@ __device__ __forceinline__ void stage_step(uint8_t* stage, const Args& a, int64_
                                            int warp, int lane) {
   const int blk0 = t * K::kStep;
   const int nblk = min(K::kStep, a.nb - blk0);
-#pragma unroll
+  // (Sixteen rows a warp, the tensor-core traits: a loop, or their addresses hold the registers.)
+#pragma unroll(K::R > 8 ? 1 : K::R)
   for (int rr = 0; rr < K::R; ++rr) {
     const int row = warp * K::R + rr;
     // Rows past the end copy the last row again, so every byte a lane reads was written.

@@ -17,6 +17,7 @@
 // and two sign-replicating byte-permutes, and four dp4a: sum sign*g*a = dp4a(g, a) - 2 dp4a(g &
 // neg, a).
 #include "backend/cuda/matvec_q.cuh"
+#include "backend/cuda/matvec_q_iq2_xs_mma.cuh"
 
 namespace strata::cuda::detail::mvq {
 
@@ -203,7 +204,7 @@ void launch_matvec_q_iq2_xs(const MatvecQLaunch& l) {
 }
 
 void launch_moe_q_iq2_xs(const MoeQLaunch& l) {
-  launch_moe<IQ2_XSKernel<4, 1, 1>, IQ2_XSKernel<2, 8, 1>>(l);
+  launch_moe<IQ2_XSKernel<4, 1, 1>, IQ2_XSMmaKernel>(l);
 }
 
 }  // namespace strata::cuda::detail::mvq
