@@ -14,6 +14,9 @@ constexpr size_t kAlign = 256;
 // A key is captured on its second op-by-op window: the first sized the arena and filled the
 // caches. Keys seen once only (a prefill of an odd length) never pay for a capture.
 constexpr int kEagerWindowsBeforeCapture = 1;
+// The most a recorded window may allocate and still never rewind (window_graphs.h): decode and
+// short verification windows, not long prefills.
+constexpr size_t kMaxFreshWindowBytes = size_t(128) << 20;
 
 size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -72,6 +75,8 @@ void WindowGraphs::begin(uint64_t key) {
   if (mode_ != Mode::Outside) fail("begin_window: the previous window was not ended");
   if (high_water_ > capacity_) grow_arena();
   top_ = 0;
+  allocated_ = 0;
+  fresh_limit_ = 0;
   blocks_.clear();
   key_ = key;
   next_input_ = 0;
@@ -85,14 +90,20 @@ void WindowGraphs::begin(uint64_t key) {
   if (key == 0) return;
   if (auto it = graphs_.find(key); it != graphs_.end()) {
     graph_ = &it->second;
+    fresh_limit_ = graph_->fresh_bytes;
     mode_ = Mode::Replay;
     return;
   }
-  if (seen_[key]++ < kEagerWindowsBeforeCapture) return;
+  Seen& seen = seen_[key];
+  if (seen.eager_windows++ < kEagerWindowsBeforeCapture) return;
   capturing_ = Graph{};
   graph_ = &capturing_;
   STRATA_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeRelaxed));
   mode_ = Mode::Capture;
+  if (seen.allocated <= kMaxFreshWindowBytes && seen.allocated <= capacity_) {
+    capturing_.fresh_bytes = fresh_limit_ = round_up(std::max<size_t>(seen.allocated, 1));
+    STRATA_CUDA_CHECK(cudaMemsetAsync(arena_, 0, fresh_limit_, ctx_.stream));
+  }
 }
 
 void WindowGraphs::end(bool completed) {
@@ -119,6 +130,12 @@ void WindowGraphs::end(bool completed) {
     graph_ = &graphs_.emplace(key_, std::move(g)).first->second;
   } else if (mode != Mode::Replay) {
     profile_.end(counters_.op_times, counters_.profiled_windows_discarded);
+    if (key_ != 0 && completed) {
+      Seen& seen = seen_[key_];
+      seen.allocated = std::max(seen.allocated, allocated_);
+      // The capture will want the whole of it as fresh memory.
+      if (allocated_ <= kMaxFreshWindowBytes) high_water_ = std::max(high_water_, allocated_);
+    }
     return;
   }
   if (!completed) return;
@@ -134,6 +151,14 @@ void WindowGraphs::end(bool completed) {
 void* WindowGraphs::alloc(size_t bytes) {
   if (mode_ == Mode::Outside) return nullptr;
   const size_t need = round_up(std::max<size_t>(bytes, 1));
+  if (fresh_limit_ != 0) {
+    if (top_ + need > fresh_limit_)
+      fail("internal error: a recorded window allocated more than its first window (", top_ + need,
+           " of ", fresh_limit_, " bytes)");
+    top_ += need;
+    return arena_ + top_ - need;
+  }
+  allocated_ += need;
   const size_t offset = top_;
   top_ += need;
   high_water_ = std::max(high_water_, top_);
@@ -155,6 +180,7 @@ void* WindowGraphs::alloc(size_t bytes) {
 bool WindowGraphs::release(const void* p) {
   const auto* b = static_cast<const uint8_t*>(p);
   if (!arena_ || b < arena_ || b >= arena_ + capacity_) return false;
+  if (fresh_limit_ != 0) return true;  // never rewound: the memory is the graph's until it ends
   const size_t offset = size_t(b - arena_);
   for (Block& block : blocks_)
     if (block.offset == offset) block.freed = true;

@@ -4,6 +4,12 @@
 // model still walks its ops, which skip their launches, while in-window allocations return the
 // addresses they had in the capture (a bump arena reset at every window) and uploads refill the
 // pinned buffers the graph's copy nodes read. Internal: names CUDA types.
+//
+// Zeroing: op by op, every in-window allocation is a memset, and the arena rewinds over released
+// temporaries. A recorded window whose allocations add up to at most kMaxFreshWindowBytes never
+// rewinds instead: each allocation is fresh memory, all of it zeroed by one memset when the graph
+// starts (a decode token's ~1000 allocations were as many memset nodes, each a step of the
+// graph's chain).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -61,6 +67,7 @@ class WindowGraphs {
     cudaGraphExec_t exec = nullptr;
     std::vector<Input> inputs;
     uint64_t kernels = 0;
+    size_t fresh_bytes = 0;      // the window's allocations, when it never rewinds; else 0
     cudaEvent_t done = nullptr;  // the last launch finished reading the inputs
   };
   struct Block {
@@ -78,9 +85,15 @@ class WindowGraphs {
   Graph capturing_;
   size_t next_input_ = 0;
   std::unordered_map<uint64_t, Graph> graphs_;
-  std::unordered_map<uint64_t, int> seen_;  // windows run op by op per key
+  struct Seen {
+    int eager_windows = 0;
+    size_t allocated = 0;  // the most one window of the key allocated, releases not subtracted
+  };
+  std::unordered_map<uint64_t, Seen> seen_;
   uint8_t* arena_ = nullptr;
   size_t capacity_ = 0, top_ = 0, high_water_ = 0;
+  size_t allocated_ = 0;   // this window's allocations, releases not subtracted
+  size_t fresh_limit_ = 0;  // nonzero: this window never rewinds and ends below it
   std::vector<Block> blocks_;
   BackendCounters counters_;
   OpProfile profile_;
