@@ -275,32 +275,41 @@ __device__ __forceinline__ uint32_t rank_key(float p) {
   return p == p ? __float_as_uint(p) + 1u : 0u;
 }
 
-// The lane's best element (strided: lane, lane + 32, ...) ranking after (after_key, after), as its
-// key and id (key 0 when none is left).
-__device__ __forceinline__ void lane_best(const float* p, int n, uint32_t after_key, int after,
-                                          uint32_t& key, int& id) {
-  key = 0, id = INT_MAX;
-  bool found = false;
-#pragma unroll 16
-  for (int i = int(threadIdx.x); i < n; i += 32) {
+// The best of the elements (strided: `lane`, lane + 32, ...) ranking after (after_key, after),
+// found by the whole warp: each lane scans every 32nd of them, then two warp reductions (largest
+// key, then the lowest id holding it). Returns the key (0 when none is left); id is set for it.
+__device__ __forceinline__ uint32_t warp_best_of_lane(const float* p, int n, int lane,
+                                                      uint32_t after_key, int after, int& id) {
+  uint32_t key = 0;
+  int mine = INT_MAX;
+  for (int i = lane + 32 * int(threadIdx.x); i < n; i += 32 * 32) {
     const uint32_t k = rank_key(p[i]);
     const bool after_it = after < 0 || k < after_key || (k == after_key && i > after);
-    if (after_it && (!found || k > key)) key = k, id = i, found = true;
+    // (ids grow with i: the first of equal keys stays; a nan, key 0, only when nothing else is)
+    if (after_it && (mine == INT_MAX || k > key)) key = k, mine = i;
   }
+  const uint32_t best_key = __reduce_max_sync(kFullMask, key);
+  id = int(__reduce_min_sync(kFullMask, key == best_key ? uint32_t(mine) : ~0u));
+  return best_key;
 }
 
-// One warp per row. Dynamic shared memory: the row's n probabilities, then the top_k chosen ids
-// and their probabilities. The row's loads are unrolled so they are in flight together (one warp
-// hides no latency behind another); the softmax sum is one chain in column order, as on the CPU.
-// Each lane keeps its best candidate, a round's winner is two warp reductions (largest key, then
-// lowest id among the lanes holding it), and only the lane that owned the winner looks again.
+// One warp per row. Dynamic shared memory: the row's n probabilities (16-byte aligned), then the
+// top_k chosen ids and their probabilities. The row's loads are unrolled so they are in flight
+// together (one warp hides no latency behind another). The softmax sum is one chain in column
+// order, as on the CPU, which every lane runs over broadcast 16-byte loads (so no lane waits for
+// another's). Each lane keeps its best candidate; a round's winner is two warp reductions
+// (largest key, then lowest id among the lanes holding it), and the warp together finds the
+// winning lane's next candidate (a lane scanning its own column alone was the kernel's longest
+// part).
 __global__ void __launch_bounds__(32)
     route_kernel(const float* __restrict__ logits, int64_t stride, int n, int top_k,
                  bool renormalize, int32_t* __restrict__ experts, float* __restrict__ weights) {
   await_previous_kernel();
-  extern __shared__ float p[];
-  int* chosen = reinterpret_cast<int*>(p + n);
-  float* chosen_p = p + n + top_k;
+  extern __shared__ float4 p4[];
+  float* p = reinterpret_cast<float*>(p4);
+  const int n_padded = (n + 3) / 4 * 4;
+  int* chosen = reinterpret_cast<int*>(p + n_padded);
+  float* chosen_p = p + n_padded + top_k;
   const int lane = threadIdx.x;
   const int64_t r = blockIdx.x;
   const float* l = logits + r * stride;
@@ -314,22 +323,30 @@ __global__ void __launch_bounds__(32)
   for (int i = lane; i < n; i += 32) p[i] = expf(__fsub_rn(p[i], mx));
   __syncwarp();
   float sum = 0.0f;
-  if (lane == 0) {
-#pragma unroll 16
-    for (int i = 0; i < n; ++i) sum = __fadd_rn(sum, p[i]);
+#pragma unroll 8
+  for (int q = 0; q < n / 4; ++q) {
+    const float4 v = p4[q];
+    sum = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(sum, v.x), v.y), v.z), v.w);
   }
-  sum = __shfl_sync(kFullMask, sum, 0);
+  for (int i = n / 4 * 4; i < n; ++i) sum = __fadd_rn(sum, p[i]);
+  __syncwarp();  // every lane has read the exponentials before they are divided
 #pragma unroll 16
   for (int i = lane; i < n; i += 32) p[i] = __fdiv_rn(p[i], sum);
-  __syncwarp();  // lane 0 reads the winners' probabilities, written by their own lanes
-  uint32_t mine_key;
-  int mine;
-  lane_best(p, n, 0, -1, mine_key, mine);
+  __syncwarp();
+  uint32_t mine_key = 0;
+  int mine = INT_MAX;
+#pragma unroll 16
+  for (int i = lane; i < n; i += 32) {
+    const uint32_t k = rank_key(p[i]);
+    if (mine == INT_MAX || k > mine_key) mine_key = k, mine = i;
+  }
   for (int k = 0; k < top_k; ++k) {
     const uint32_t best_key = __reduce_max_sync(kFullMask, mine_key);
     const int best = int(__reduce_min_sync(kFullMask, mine_key == best_key ? uint32_t(mine) : ~0u));
     if (lane == 0) chosen[k] = best, chosen_p[k] = p[best];
-    if (best % 32 == lane) lane_best(p, n, best_key, best, mine_key, mine);
+    int next = INT_MAX;
+    const uint32_t next_key = warp_best_of_lane(p, n, best % 32, best_key, best, next);
+    if (best % 32 == lane) mine_key = next_key, mine = next;
   }
   __syncwarp();
   float total = 0.0f;
@@ -530,7 +547,7 @@ void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* ta
 void launch_route_softmax_topk(const DeviceContext& ctx, const Tensor& logits, int64_t top_k,
                                bool renormalize, int32_t* experts, float* weights) {
   if (logits.rows == 0) return;
-  const size_t shared = size_t(logits.cols + 2 * top_k) * sizeof(float);
+  const size_t shared = size_t((logits.cols + 3) / 4 * 4 + 2 * top_k) * sizeof(float);
   if (shared > 48 * 1024)
     fail("CUDA route_softmax_topk: ", logits.cols, " experts exceed the kernel's shared memory");
   launch_kernel(route_kernel, unsigned(logits.rows), 32, shared, ctx.stream, logits.data,
