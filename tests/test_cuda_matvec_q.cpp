@@ -264,6 +264,58 @@ TEST(CudaMatmulTiles, EqualCpuDotBitwise) {
   }
 }
 
+// Every kernel launch is checked against the hardware's limits before it is made (no device
+// needed: the check is the host's).
+TEST(CudaLaunchGuard, GridsAndBlocksPastTheLimitsAreNamed) {
+  EXPECT_EQ(cuda::launch_out_of_range(1, 1, 1, 32, 1, 1), "");
+  EXPECT_EQ(cuda::launch_out_of_range(2147483647, 65535, 65535, 1024, 1, 1), "");
+  EXPECT_EQ(cuda::launch_out_of_range(1, 1, 1, 32, 8, 4), "");
+  const struct {
+    uint64_t g[3], b[3];
+    const char* named;
+  } bad[] = {
+      {{0, 1, 1}, {32, 1, 1}, "grid [0 x 1 x 1]"},
+      {{2147483648ull, 1, 1}, {32, 1, 1}, "grid [2147483648 x 1 x 1]"},
+      {{1, 65536, 1}, {32, 1, 1}, "grid [1 x 65536 x 1]"},
+      {{1, 1, 65536}, {32, 1, 1}, "grid [1 x 1 x 65536]"},
+      {{1, 1, 1}, {1025, 1, 1}, "blocks [1025 x 1 x 1]"},
+      {{1, 1, 1}, {8, 2, 65}, "blocks [8 x 2 x 65]"},
+      {{1, 1, 1}, {32, 0, 1}, "blocks [32 x 0 x 1]"},
+  };
+  for (const auto& c : bad) {
+    const std::string why =
+        cuda::launch_out_of_range(c.g[0], c.g[1], c.g[2], c.b[0], c.b[1], c.b[2]);
+    EXPECT_NE(why.find(c.named), std::string::npos) << why;
+    EXPECT_NE(why.find("outside the device's launch limits"), std::string::npos) << why;
+  }
+}
+
+// A shape whose grid would pass the limits is refused by its launcher with the shape named, and
+// the device goes on working: Q8_0 tiles put a CTA row per 64 weight rows in grid y.
+TEST(CudaLaunchGuard, ATooTallTiledMatmulIsAClearErrorNotALaunch) {
+  REQUIRE_CUDA_DEVICE();
+  const Type t = Type::Q8_0;
+  const int64_t rows = 65535 * 64 + 1, cols = 32;
+  const int tokens = 9;
+  const size_t stride = quant::row_bytes(t, cols);
+  const cuda::DeviceBuffer w(size_t(rows) * stride);
+  const cuda::DeviceBuffer x = to_device(activation_rows(cols, tokens, 5, 32));
+  try {
+    gpu_matvec_q(t, w, stride, rows, cols, x, tokens);
+    FAIL() << "a grid of 65536 rows of tiles was launched";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("matmul q8_0"), std::string::npos) << what;
+    EXPECT_NE(what.find("4194241 rows, at most 4194240"), std::string::npos) << what;
+  }
+  const int64_t small = 100;
+  const std::vector<uint8_t> ws = weight_rows(t, small, cols, stride, 3);
+  const std::vector<float> xs = activation_rows(cols, tokens, 6, 32);
+  const cuda::DeviceBuffer dws = to_device(ws), dxs = to_device(xs);
+  expect_bitwise(gpu_matvec_q(t, dws, stride, small, cols, dxs, tokens),
+                 cpu_reference(t, ws, stride, small, cols, xs, tokens), small, "after the refusal");
+}
+
 // Every shared-memory codebook layout gives the same bits.
 TEST(CudaMatvecQIQ2XS, EveryGridCopyCountEqualsCpu) {
   REQUIRE_CUDA_DEVICE();

@@ -93,7 +93,7 @@ void launch_quantize_act(quant::ActFormat f, const float* x, int64_t cols, int t
       break;
     }
   }
-  check(cudaGetLastError(), "quantize_act launch");
+  check_launch("quantize_act launch");
 }
 
 }  // namespace strata::cuda::detail

@@ -87,6 +87,13 @@ bool has_matvec_q(quant::Type t);
 // tensor-core tiles with the mat-vec's bits (Q8_0).
 bool has_matmul_tiles(quant::Type t);
 
+// Empty when a kernel launch of grid [gx, gy, gz] blocks of [bx, by, bz] threads is within the
+// hardware's limits (grid x up to 2^31 - 1, y and z up to 65535, 1..1024 threads a block, block z
+// up to 64), else why not. Every launch of the backend is checked by it and refused with that
+// reason, naming the kernel, instead of being launched out of range.
+std::string launch_out_of_range(uint64_t gx, uint64_t gy, uint64_t gz, uint64_t bx, uint64_t by,
+                                uint64_t bz);
+
 // Bytes between consecutive activations in quantize_act's output: act_bytes rounded up to 16.
 size_t quantized_act_stride(quant::ActFormat f, int64_t cols);
 

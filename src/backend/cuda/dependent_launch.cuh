@@ -10,6 +10,9 @@
 
 #include <utility>
 
+#include "backend/cuda/check.h"
+#include "backend/cuda/cuda_backend.h"
+
 namespace strata::cuda::detail {
 
 // The first statement of every kernel, run by every thread before it touches memory: waits for
@@ -27,11 +30,18 @@ __device__ __forceinline__ void await_previous_kernel() {
 // False when STRATA_CUDA_PDL=0 (read once): every launch then waits for the previous kernel.
 bool dependent_launch_enabled();
 
-// kernel<<<grid, block, smem, stream>>>(args...) as a dependent launch. Errors surface through
-// cudaGetLastError (STRATA_CUDA_CHECK_LAUNCH after the call, as for <<<>>>).
+// kernel<<<grid, block, smem, stream>>>(args...) as a dependent launch, or nothing when the grid
+// or block is outside the hardware's limits (launch_out_of_range, cuda_backend.h). Either way the
+// launch check that follows (STRATA_CUDA_CHECK_LAUNCH or check_launch, as after <<<>>>) reports
+// what went wrong.
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                    cudaStream_t stream, Args&&... args) {
+  if (std::string why = launch_out_of_range(grid.x, grid.y, grid.z, block.x, block.y, block.z);
+      !why.empty()) {
+    refused_launch = std::move(why);
+    return;
+  }
   cudaLaunchAttribute dependent{};
   dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   dependent.val.programmaticStreamSerializationAllowed = 1;

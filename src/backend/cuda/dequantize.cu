@@ -45,7 +45,7 @@ void launch_dequantize(quant::Type t, const void* blocks, float* out, int64_t n,
     const int grid = int(blocks_needed < limits.max_blocks ? blocks_needed : limits.max_blocks);
     launch_kernel(dequantize_kernel<D>, grid, kThreads, 0, stream,
                   static_cast<const uint8_t*>(blocks), out, groups, tables);
-    check(cudaGetLastError(), "dequantize launch");
+    check_launch("dequantize launch");
   });
   if (!known) fail("CUDA dequantize: no decoder for tensor type ", quant::type_name(t));
 }

@@ -190,7 +190,7 @@ void launch_matmul_q8_0_mma(const MatvecQLaunch& l) {
   a.y = l.y;
   const dim3 grid(unsigned((l.tokens + kTileTokens - 1) / kTileTokens), unsigned(row_tiles));
   launch_kernel(matmul_q8_0_mma_kernel, grid, kMmaThreads, kMmaSmem, l.stream, a);
-  check(cudaGetLastError(), "matmul q8_0 (tensor cores) launch");
+  check_launch("matmul q8_0 (tensor cores) launch");
 }
 
 }  // namespace strata::cuda::detail::mvq

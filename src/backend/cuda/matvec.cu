@@ -96,7 +96,7 @@ void launch_matvec(quant::Type t, const void* w, size_t row_stride, int64_t rows
     const int grid = int(blocks_needed < limits.max_blocks ? blocks_needed : limits.max_blocks);
     launch_kernel(matvec_kernel<D>, grid, kThreads, 0, stream, static_cast<const uint8_t*>(w),
                   row_stride, rows, int(cols / 8), x, y, tables);
-    check(cudaGetLastError(), "matvec launch");
+    check_launch("matvec launch");
   });
   if (!known) fail("CUDA matvec: no decoder for tensor type ", quant::type_name(t));
 }

@@ -578,7 +578,7 @@ void launch(const MatvecQLaunch& l) {
         int64_t(resident_ctas<K, matvec_q_kernel<K>>(l.device, smem)) * l.sm_count;
     const int grid = int(groups < resident ? groups : resident);
     launch_kernel(matvec_q_kernel<K>, grid, kThreads, smem, l.stream, a);
-    check(cudaGetLastError(), "matvec_q launch");
+    check_launch("matvec_q launch");
     return;
   }
   if constexpr (K::T == 1) {
@@ -601,7 +601,7 @@ void launch(const MatvecQLaunch& l) {
                                               last * K::kBytes));
     }
     launch_kernel(matvec_q_matrices_kernel<K>, grid, kThreads, smem, l.stream, a, m);
-    check(cudaGetLastError(), "matvec_q launch");
+    check_launch("matvec_q launch");
   } else {
     fail("CUDA matvec_q: several matrices take one activation, not ", l.tokens);
   }
@@ -638,7 +638,7 @@ void launch_moe(const MoeQLaunch& l) {
       launch_kernel(moe_q_grouped_kernel<G>, grid, kThreads, smem, l.stream, part);
     else
       launch_kernel(moe_q_kernel<K>, grid, kThreads, smem, l.stream, part);
-    check(cudaGetLastError(), "moe_q launch");
+    check_launch("moe_q launch");
   }
 }
 

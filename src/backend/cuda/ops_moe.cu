@@ -173,7 +173,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// down for every pair of token row blockIdx.y and the rank-order combine in one: the warp of
+// down for every pair of token row r (blockIdx.y, + gridDim.y, ...) and the rank-order combine in
+// one: the warp of
 // output column o takes the pairs in rank order, y[r][o] = fma(weight, down . hidden, y[r][o]) as
 // moe_combine does, so nothing goes through an `out` buffer. Every down has type D.
 template <typename D>
@@ -181,25 +182,27 @@ __global__ void __launch_bounds__(kThreads)
     moe_pair_down_combine_kernel(const ExpertEntry* __restrict__ table, int64_t n_experts,
                                  const int32_t* __restrict__ ids, const float* __restrict__ weights,
                                  int64_t top_k, MoeBuffers buf, float* __restrict__ y,
-                                 int64_t y_stride, int64_t cols, DecodeTables tables) {
+                                 int64_t y_stride, int64_t rows, int64_t cols,
+                                 DecodeTables tables) {
   await_previous_kernel();
-  const int64_t r = blockIdx.y;
-  for (int64_t o = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; o < cols;
-       o += int64_t(gridDim.x) * kWarps) {
-    float acc = y[r * y_stride + o];
-    for (int64_t j = 0; j < top_k; ++j) {
-      const int64_t p = r * top_k + j;
-      // An id outside the table (routing is device data) adds nothing.
-      if (ids[p] < 0 || ids[p] >= n_experts || !table[ids[p]].w[2]) continue;
-      const ExpertEntry& en = table[ids[p]];
-      float v = 0.0f;
-      warp_row_dots<D>(static_cast<const uint8_t*>(en.w[2]) + size_t(o) * en.row_stride[2],
-                       en.cols[2] / 8, 1, tables,
-                       [&](int) { return buf.hidden + p * buf.ff_stride; },
-                       [&](int, float d) { v = d; });
-      acc = __fmaf_rn(weights[p], __shfl_sync(kFullMask, v, 0), acc);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int64_t o = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; o < cols;
+         o += int64_t(gridDim.x) * kWarps) {
+      float acc = y[r * y_stride + o];
+      for (int64_t j = 0; j < top_k; ++j) {
+        const int64_t p = r * top_k + j;
+        // An id outside the table (routing is device data) adds nothing.
+        if (ids[p] < 0 || ids[p] >= n_experts || !table[ids[p]].w[2]) continue;
+        const ExpertEntry& en = table[ids[p]];
+        float v = 0.0f;
+        warp_row_dots<D>(static_cast<const uint8_t*>(en.w[2]) + size_t(o) * en.row_stride[2],
+                         en.cols[2] / 8, 1, tables,
+                         [&](int) { return buf.hidden + p * buf.ff_stride; },
+                         [&](int, float d) { v = d; });
+        acc = __fmaf_rn(weights[p], __shfl_sync(kFullMask, v, 0), acc);
+      }
+      if ((threadIdx.x & 31) == 0) y[r * y_stride + o] = acc;
     }
-    if ((threadIdx.x & 31) == 0) y[r * y_stride + o] = acc;
   }
 }
 
@@ -441,9 +444,10 @@ void launch_moe_experts_by_pair(const DeviceContext& ctx, const ExpertEntry* tab
   STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
   visit_decoder(down_type, [&](auto decoder) {
     using D = decltype(decoder);
-    const dim3 grid(unsigned(grid_for(y.cols, kWarps, ctx.limits.max_blocks)), unsigned(x.rows), 1);
+    const dim3 grid(unsigned(grid_for(y.cols, kWarps, ctx.limits.max_blocks)),
+                    unsigned(x.rows < 65535 ? x.rows : 65535), 1);
     launch_kernel(moe_pair_down_combine_kernel<D>, grid, kThreads, 0, ctx.stream, table, n_experts,
-                  expert_ids, weights, top_k, buf, y.data, y.stride, y.cols, ctx.tables);
+                  expert_ids, weights, top_k, buf, y.data, y.stride, x.rows, y.cols, ctx.tables);
     STRATA_CUDA_CHECK_LAUNCH("moe_pair_down_combine_kernel");
   });
 }
