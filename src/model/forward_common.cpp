@@ -37,7 +37,12 @@ void Window::dump(const char* name, int64_t il, const Tensor& t) {
 }
 
 Tensor per_sequence(Window& w, const Tensor& x, const SequencePart& part) {
-  if (w.sequences.size() <= 1) return part(w, x);
+  return per_sequence(w, std::span(&x, 1),
+                      [&part](Window& s, std::span<const Tensor> rows) { return part(s, rows[0]); });
+}
+
+Tensor per_sequence(Window& w, std::span<const Tensor> inputs, const SequenceParts& part) {
+  if (w.sequences.size() <= 1) return part(w, inputs);
   static const DumpFn kNoDump;  // a sequence's own rows are not dumped
   Tensor out;
   for (const WindowSequence& s : w.sequences) {
@@ -47,7 +52,9 @@ Tensor per_sequence(Window& w, const Tensor& x, const SequencePart& part) {
                Scratch(w.be)};
     seq.route = w.route;
     seq.positions = w.positions.rows_view(s.first, s.rows);
-    const Tensor r = part(seq, x.rows_view(s.first, s.rows));
+    std::vector<Tensor> rows;
+    for (const Tensor& t : inputs) rows.push_back(t.rows_view(s.first, s.rows));
+    const Tensor r = part(seq, rows);
     if (!out.data) out = w.tmp(w.T, r.cols);
     w.be.copy(r, out.rows_view(s.first, s.rows));
   }

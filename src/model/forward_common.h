@@ -91,6 +91,11 @@ Tensor qwen4exp_mtp_output(Window& w, const LayerWeights& L, const Tensor& x);
 // results in window order, [T, cols]. With one sequence it is just part(w, x).
 using SequencePart = std::function<Tensor(Window& sequence, const Tensor& rows)>;
 Tensor per_sequence(Window& w, const Tensor& x, const SequencePart& part);
+// The same over several tensors of the window's rows: `part` gets each sequence's rows of every
+// input, in order. A block runs its stateless projections over the whole window (one matmul reads
+// the weights once for every sequence's rows) and only its stateful core per sequence.
+using SequenceParts = std::function<Tensor(Window& sequence, std::span<const Tensor> rows)>;
+Tensor per_sequence(Window& w, std::span<const Tensor> inputs, const SequenceParts& part);
 
 // The layer function of an architecture.
 LayerFn layer_function(Arch arch);
@@ -101,14 +106,16 @@ Tensor norm(Window& w, const Tensor& x, const backend::Weight& g);
 Tensor add_norm(Window& w, Tensor x, const Tensor& delta, const backend::Weight& g);
 
 // Qwen3NextGatedDeltaNet (qwen3next.cpp; qwen4exp uses it too): x [T, n_embd] -> [T, n_embd].
+// Runs per sequence itself where it must (the conv and the delta rule, which carry state).
 Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x);
 
 // Qwen3Next-style gated attention up to the attention itself (qwen3next.cpp; QSA reuses it):
-// q_proj split per head into query and gate, q/k RMSNorm, partial NeoX rope, the window's k and v
-// written to the layer's cache. Returns q and the gate.
+// q_proj split per head into query and gate, q/k RMSNorm, partial NeoX rope (gated_projections,
+// no state touched), then gated_query writes the window's k and v to the layer's cache.
 struct GatedQuery {
-  Tensor q, gate;
+  Tensor q, gate, k, v;
 };
+GatedQuery gated_projections(Window& w, int64_t il, const Tensor& x);
 GatedQuery gated_query(Window& w, int64_t il, const Tensor& x);
 // attn_output * sigmoid(gate), then o_proj.
 Tensor gated_output(Window& w, int64_t il, Tensor o, const Tensor& gate);

@@ -9,11 +9,11 @@ namespace strata::model {
 
 namespace {
 
-// Qwen3MoeAttention.forward
+// Qwen3MoeAttention.forward. The projections see every sequence's rows; the cache write and the
+// attention run per sequence.
 Tensor attention(Window& w, int64_t il, const Tensor& x) {
   const ModelConfig& c = w.c;
   const LayerWeights& L = w.w.layers[size_t(il)];
-  LayerState& st = w.state.layers[size_t(il)];
   backend::Backend& be = w.be;
   const int64_t h = c.n_head, g = c.n_head_kv, d = c.head_dim;
   const float eps = float(c.rms_eps);
@@ -26,10 +26,16 @@ Tensor attention(Window& w, int64_t il, const Tensor& x) {
   be.rms_norm(k, &L.attn_k_norm, d, eps, k);  // k_norm(k_proj(hidden_states).view(hidden_shape))
   be.rope_neox(q, w.positions, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
   be.rope_neox(k, w.positions, d, c.rope_dim, float(c.rope_theta));
-  be.kv_write(st.k_cache, st.v_cache, k, v, w.positions);  // past_key_values.update
-  Tensor o = w.tmp(w.T, h * d);
-  be.attention(q, st.k_cache, st.v_cache, w.positions, h, g, d, 1.0f / std::sqrt(float(d)),
-               o);  // scaling
+  const Tensor qkv[] = {q, k, v};
+  Tensor o = per_sequence(w, qkv, [il](Window& s, std::span<const Tensor> rows) {
+    const ModelConfig& sc = s.c;
+    LayerState& st = s.state.layers[size_t(il)];
+    s.be.kv_write(st.k_cache, st.v_cache, rows[1], rows[2], s.positions);  // past_key_values.update
+    Tensor attn = s.tmp(s.T, sc.n_head * sc.head_dim);
+    s.be.attention(rows[0], st.k_cache, st.v_cache, s.positions, sc.n_head, sc.n_head_kv,
+                   sc.head_dim, 1.0f / std::sqrt(float(sc.head_dim)), attn);  // scaling
+    return attn;
+  });
   Tensor out = w.tmp(w.T, c.n_embd);
   be.matmul(L.attn_output, o, out);  // o_proj(attn_output)
   return out;
@@ -42,7 +48,7 @@ void qwen3moe_layer(Window& w, int64_t il, Tensor x) {
   const LayerWeights& L = w.w.layers[size_t(il)];
   Tensor h = norm(w, x, L.attn_norm);  // input_layernorm(hidden_states)
   w.dump("attn_norm", il, h);
-  Tensor a = per_sequence(w, h, [il](Window& s, const Tensor& rows) { return attention(s, il, rows); });  // self_attn(...)
+  Tensor a = attention(w, il, h);  // self_attn(...)
   w.dump("attn_out", il, a);
   h = add_norm(w, x, a, L.ffn_norm);  // residual + ...; post_attention_layernorm(...)
   w.dump("ffn_inp", il, x);

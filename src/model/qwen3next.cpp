@@ -17,15 +17,21 @@ namespace strata::model {
 
 namespace {
 
-// Qwen3NextAttention.forward: gated attention, partial NeoX rope.
+// Qwen3NextAttention.forward: gated attention, partial NeoX rope. The projections see every
+// sequence's rows; the cache write and the attention run per sequence.
 Tensor gated_attention(Window& w, int64_t il, const Tensor& x) {
-  const ModelConfig& c = w.c;
-  LayerState& st = w.state.layers[size_t(il)];
-  const int64_t d = c.head_dim;
-  const GatedQuery qg = gated_query(w, il, x);
-  Tensor o = w.tmp(w.T, c.n_head * d);
-  w.be.attention(qg.q, st.k_cache, st.v_cache, w.positions, c.n_head, c.n_head_kv, d,
-                 1.0f / std::sqrt(float(d)), o);
+  const GatedQuery qg = gated_projections(w, il, x);
+  const Tensor qkv[] = {qg.q, qg.k, qg.v};
+  Tensor o = per_sequence(w, qkv, [il](Window& s, std::span<const Tensor> rows) {
+    const ModelConfig& c = s.c;
+    LayerState& st = s.state.layers[size_t(il)];
+    const int64_t d = c.head_dim;
+    s.be.kv_write(st.k_cache, st.v_cache, rows[1], rows[2], s.positions);  // past_key_values.update
+    Tensor attn = s.tmp(s.T, c.n_head * d);
+    s.be.attention(rows[0], st.k_cache, st.v_cache, s.positions, c.n_head, c.n_head_kv, d,
+                   1.0f / std::sqrt(float(d)), attn);
+    return attn;
+  });
   return gated_output(w, il, o, qg.gate);
 }
 
@@ -51,50 +57,14 @@ void input_projections(Window& w, const LayerWeights& L, const Tensor& x, Tensor
   w.be.split_groups(ba, gk, widths, parts);  // fix_query_key_value_ordering: b, a
 }
 
-}  // namespace
-
-GatedQuery gated_query(Window& w, int64_t il, const Tensor& x) {
-  const ModelConfig& c = w.c;
-  const LayerWeights& L = w.w.layers[size_t(il)];
-  LayerState& st = w.state.layers[size_t(il)];
-  backend::Backend& be = w.be;
-  const int64_t h = c.n_head, g = c.n_head_kv, d = c.head_dim;
-  const float eps = float(c.rms_eps);
-
-  Tensor q_gate = w.tmp(w.T, 2 * h * d), k = w.tmp(w.T, g * d), v = w.tmp(w.T, g * d);
-  const backend::Weight* ws[] = {&L.attn_q, &L.attn_k, &L.attn_v};
-  Tensor ys[] = {q_gate, k, v};
-  be.matmuls(ws, x, ys);  // q_proj, k_proj, v_proj (hidden_states)
-  Tensor q = w.tmp(w.T, h * d), gate = w.tmp(w.T, h * d);
-  const int64_t widths[] = {d, d};
-  Tensor parts[] = {q, gate};
-  be.split_groups(q_gate, h, widths, parts);  // torch.chunk(.view(..., head_dim * 2), 2, dim=-1)
-  be.rms_norm(q, &L.attn_q_norm, d, eps, q);  // q_norm(query_states)
-  be.rms_norm(k, &L.attn_k_norm, d, eps, k);  // k_norm(k_proj(hidden_states))
-  be.rope_neox(q, w.positions, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
-  be.rope_neox(k, w.positions, d, c.rope_dim, float(c.rope_theta));
-  be.kv_write(st.k_cache, st.v_cache, k, v, w.positions);  // past_key_values.update
-  return {q, gate};
-}
-
-Tensor gated_output(Window& w, int64_t il, Tensor o, const Tensor& gate) {
-  w.be.mul_sigmoid(o, gate, o);  // attn_output * torch.sigmoid(gate)
-  Tensor out = w.tmp(w.T, w.c.n_embd);
-  w.be.matmul(w.w.layers[size_t(il)].attn_output, o, out);  // o_proj(attn_output)
-  return out;
-}
-
-// Qwen3NextGatedDeltaNet.forward
-Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
+// The DeltaNet's stateful part for one sequence's rows: the causal conv over mixed_qkv, the
+// gates, and the gated delta rule. Returns core_attn_out [T, value_dim].
+Tensor delta_net_core(Window& w, int64_t il, const Tensor& qkv, const Tensor& b, const Tensor& a) {
   const ModelConfig& c = w.c;
   const LayerWeights& L = w.w.layers[size_t(il)];
   LayerState& st = w.state.layers[size_t(il)];
   backend::Backend& be = w.be;
   const int64_t s = c.ssm_state, gv = c.ssm_v_heads, kd = c.ssm_key_dim(), vd = c.ssm_value_dim();
-
-  Tensor qkv = w.tmp(w.T, c.ssm_conv_dim()), z = w.tmp(w.T, vd);
-  Tensor b = w.tmp(w.T, gv), a = w.tmp(w.T, gv);
-  input_projections(w, L, x, qkv, z, b, a);
   Tensor conv = w.tmp(w.T, c.ssm_conv_dim());
   if (w.journal) w.journal->conv(st.conv, qkv, L.ssm_conv1d, 1);
   be.conv1d_silu(qkv, st.conv, L.ssm_conv1d, conv);  // causal_conv1d_fn(..., activation="silu")
@@ -118,6 +88,62 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   if (w.journal) w.journal->delta_rule(st.ssm, qn, kn, v, g, beta, gv, repeat);
   be.gated_delta_rule(qn, kn, v, g, beta, st.ssm, gv, repeat, core);
   w.dump("gdn_core", il, core);
+  return core;
+}
+
+}  // namespace
+
+GatedQuery gated_projections(Window& w, int64_t il, const Tensor& x) {
+  const ModelConfig& c = w.c;
+  const LayerWeights& L = w.w.layers[size_t(il)];
+  backend::Backend& be = w.be;
+  const int64_t h = c.n_head, g = c.n_head_kv, d = c.head_dim;
+  const float eps = float(c.rms_eps);
+
+  Tensor q_gate = w.tmp(w.T, 2 * h * d), k = w.tmp(w.T, g * d), v = w.tmp(w.T, g * d);
+  const backend::Weight* ws[] = {&L.attn_q, &L.attn_k, &L.attn_v};
+  Tensor ys[] = {q_gate, k, v};
+  be.matmuls(ws, x, ys);  // q_proj, k_proj, v_proj (hidden_states)
+  Tensor q = w.tmp(w.T, h * d), gate = w.tmp(w.T, h * d);
+  const int64_t widths[] = {d, d};
+  Tensor parts[] = {q, gate};
+  be.split_groups(q_gate, h, widths, parts);  // torch.chunk(.view(..., head_dim * 2), 2, dim=-1)
+  be.rms_norm(q, &L.attn_q_norm, d, eps, q);  // q_norm(query_states)
+  be.rms_norm(k, &L.attn_k_norm, d, eps, k);  // k_norm(k_proj(hidden_states))
+  be.rope_neox(q, w.positions, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
+  be.rope_neox(k, w.positions, d, c.rope_dim, float(c.rope_theta));
+  return {q, gate, k, v};
+}
+
+GatedQuery gated_query(Window& w, int64_t il, const Tensor& x) {
+  const GatedQuery qg = gated_projections(w, il, x);
+  LayerState& st = w.state.layers[size_t(il)];
+  w.be.kv_write(st.k_cache, st.v_cache, qg.k, qg.v, w.positions);  // past_key_values.update
+  return qg;
+}
+
+Tensor gated_output(Window& w, int64_t il, Tensor o, const Tensor& gate) {
+  w.be.mul_sigmoid(o, gate, o);  // attn_output * torch.sigmoid(gate)
+  Tensor out = w.tmp(w.T, w.c.n_embd);
+  w.be.matmul(w.w.layers[size_t(il)].attn_output, o, out);  // o_proj(attn_output)
+  return out;
+}
+
+// Qwen3NextGatedDeltaNet.forward. The projections see every sequence's rows; the conv and the
+// delta rule (and the gates between them) run per sequence.
+Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
+  const ModelConfig& c = w.c;
+  const LayerWeights& L = w.w.layers[size_t(il)];
+  backend::Backend& be = w.be;
+  const int64_t s = c.ssm_state, gv = c.ssm_v_heads, vd = c.ssm_value_dim();
+
+  Tensor qkv = w.tmp(w.T, c.ssm_conv_dim()), z = w.tmp(w.T, vd);
+  Tensor b = w.tmp(w.T, gv), a = w.tmp(w.T, gv);
+  input_projections(w, L, x, qkv, z, b, a);
+  const Tensor inputs[] = {qkv, b, a};
+  Tensor core = per_sequence(w, inputs, [il](Window& sw, std::span<const Tensor> rows) {
+    return delta_net_core(sw, il, rows[0], rows[1], rows[2]);
+  });
   be.rms_norm(core, &L.ssm_norm, s, float(c.rms_eps), core);  // self.norm(core_attn_out, z) ...
   if (c.arch == Arch::Qwen4Exp)
     be.mul_sigmoid(core, z, core);  // ... * sigmoid(z)
@@ -133,10 +159,8 @@ void qwen3next_layer(Window& w, int64_t il, Tensor x) {
   const LayerWeights& L = w.w.layers[size_t(il)];
   Tensor h = norm(w, x, L.attn_norm);  // input_layernorm(hidden_states)
   w.dump("attn_norm", il, h);
-  Tensor a = per_sequence(w, h, [il](Window& s, const Tensor& rows) {
-    return s.c.is_linear(il) ? gated_delta_net(s, il, rows)   // linear_attn(...)
-                             : gated_attention(s, il, rows);  // self_attn(...)
-  });
+  Tensor a = w.c.is_linear(il) ? gated_delta_net(w, il, h)   // linear_attn(...)
+                               : gated_attention(w, il, h);  // self_attn(...)
   w.dump("attn_out", il, a);
   h = add_norm(w, x, a, L.post_attention_norm);  // residual + ...; post_attention_layernorm(...)
   w.dump("ffn_inp", il, x);

@@ -84,10 +84,11 @@ void qwen4exp_layer(Window& w, int64_t il, Tensor x) {
   Tensor z;
   Tensor h = mix(w, x, {L.hc_attn_norm, L.hc_attn_down, L.hc_attn_up, &L.hc_attn_inject}, &z);
   w.dump("attn_mix", il, h);
-  Tensor a = per_sequence(w, h, [il](Window& s, const Tensor& rows) {
-    return s.c.is_linear(il) ? gated_delta_net(s, il, rows)    // linear_attn(...)
-                             : sparse_attention(s, il, rows);  // self_attn(...)
-  });
+  Tensor a = w.c.is_linear(il)
+                 ? gated_delta_net(w, il, h)  // linear_attn(...)
+                 : per_sequence(w, h, [il](Window& s, const Tensor& rows) {
+                     return sparse_attention(s, il, rows);  // self_attn(...)
+                   });
   w.dump("attn_out", il, a);
   inject(w, x, a, z);
   h = mix(w, x, {L.hc_ffn_norm, L.hc_ffn_down, L.hc_ffn_up, &L.hc_ffn_inject}, &z);
