@@ -85,10 +85,10 @@ Tensor qwen4exp_output(Window& w, const Tensor& x);
 void qwen4exp_mtp_input(Window& w, const LayerWeights& L, const Tensor& e, const Tensor& streams, Tensor x);
 Tensor qwen4exp_mtp_output(Window& w, const LayerWeights& L, const Tensor& x);
 
-// Runs `part` (whatever of a block reads or writes a sequence's state: attention and its KV
-// cache, the DeltaNet, PLE) on each sequence's rows of x in a window of its own, as if that
-// sequence were alone: a row's result never depends on the other rows. Returns the rows'
-// results in window order, [T, cols]. With one sequence it is just part(w, x).
+// Runs `part` (whatever of a block reads or writes a sequence's state: the KV cache write and
+// attention, the DeltaNet's conv and delta rule, PLE) on each sequence's rows of x in a window of
+// its own, as if that sequence were alone: a row's result never depends on the other rows.
+// Returns the rows' results in window order, [T, cols]. With one sequence it is just part(w, x).
 using SequencePart = std::function<Tensor(Window& sequence, const Tensor& rows)>;
 Tensor per_sequence(Window& w, const Tensor& x, const SequencePart& part);
 // The same over several tensors of the window's rows: `part` gets each sequence's rows of every
