@@ -1,5 +1,5 @@
 // What a speculative verification window records so that the state can be brought back to any
-// prefix of its rows afterwards (DESIGN.md, "Speculative decoding": rejection rolls GDN, conv,
+// prefix of its rows afterwards (docs/DESIGN.md, "Speculative decoding": rejection rolls GDN, conv,
 // PLE state and KV back to the accepted prefix).
 //
 // Only the recurrent states need it. KV caches, QSA index keys and block keys are indexed by

@@ -1,5 +1,5 @@
 // The MTP (NextN) head: one block after the trunk that drafts the token after next from the
-// trunk's hidden state and the next token (DESIGN.md, "Speculative decoding"; the wiring is the
+// trunk's hidden state and the next token (docs/DESIGN.md, "Speculative decoding"; the wiring is the
 // published Qwen3-Next MTP module's, docs/SPECULATION.md "The MTP head"):
 // - qwen35moe: x = eh_proj(concat(enorm(embed(token)), hnorm(hidden))), hidden being the trunk's
 //   output after its final norm; then a full-attention MoE block (the trunk's layer function at

@@ -1,5 +1,5 @@
 // SpecGate: how many drafted tokens the next decode window carries, chosen online from what
-// windows actually cost and how often drafts are accepted (DESIGN.md, "Speculative decoding").
+// windows actually cost and how often drafts are accepted (docs/DESIGN.md, "Speculative decoding").
 // It only changes how many rows a window has, never a token.
 //
 // Per draft source and draft position j it keeps a_j = P(draft j accepted | drafts before it
