@@ -6,7 +6,9 @@
 #
 #   BUNDLE/gpu_models.sh [MODEL...]   MODEL: next80b (default), flagship, next80b-cpu,
 #                                     next80b-stream (all in HBM against experts streamed from the
-#                                     pack into an HBM cache of 25% of the experts' bytes), and
+#                                     pack into an HBM cache of 25% of the experts' bytes, with and
+#                                     without a pinned host tier holding the rest), flagship-stream
+#                                     (the flagship with a 24 GiB HBM cache: host tier, then none), and
 #                                     next80b-profile / flagship-profile (time per op on the device,
 #                                     STRATA_CUDA_PROFILE=1: windows run op by op, so tok/s is not
 #                                     the graph's)
@@ -47,7 +49,7 @@ try:
 except ValueError as e:
     print("  no JSON:", e); sys.exit()
 keys = ("hit_rate", "stall_ms_per_token", "h2d_gb_per_s", "gb_per_s_read", "bytes_read_per_token",
-        "read_ahead_accuracy")
+        "read_ahead_accuracy", "host_hit_rate")
 for phase in ("prefill", "decode"):
     p = j[phase]
     extra = p.get("backend", {})
@@ -80,9 +82,36 @@ stream80b() {
   local budget=$(($(stat -c %s "$pack") / 4))
   local args=(--prompt-tokens 16 --batch 16 --gen-tokens ${STREAM_GEN_TOKENS:-48})
   BENCH_TAG=next80b-resident bench next80b cuda "${args[@]}"
-  BENCH_TAG=next80b-stream25 bench next80b cuda "${args[@]}" --expert-budget "$budget"
+  BENCH_TAG=next80b-stream25 bench next80b cuda "${args[@]}" --expert-budget "$budget" --host-budget 0
   BENCH_TAG=next80b-stream25-trace bench next80b cuda "${args[@]}" --expert-budget "$budget" \
-    --route-trace "$work/q3n.trace" --read-ahead off
+    --host-budget 0 --route-trace "$work/q3n.trace" --read-ahead off
+  # The rest of the experts in a pinned host tier (the whole pack, read at start-up).
+  BENCH_TAG=next80b-stream25-tier bench next80b cuda "${args[@]}" --expert-budget "$budget" \
+    --host-budget "$(stat -c %s "$pack")"
+  BENCH_TAG=next80b-stream25-tier-trace bench next80b cuda "${args[@]}" --expert-budget "$budget" \
+    --host-budget "$(stat -c %s "$pack")" --route-trace "$work/q3n.trace" --read-ahead off
+}
+
+# The flagship with a 24 GiB HBM expert cache (the seed machine's whole memory): misses from a
+# pinned host tier holding the whole pack, then from the pack on this disk (no host tier).
+streamflagship() {
+  local model="$work/flagship-stream.gguf" pack="$work/flagship-stream.gguf.experts"
+  if [[ ! -f $pack ]]; then
+    rm -f "$work"/*.gguf "$work"/*.gguf.experts*
+    local start=$(date +%s)
+    "$strata" synth --arch qwen4exp --preset flagship --expert-type iq2_xs --pack -o "$model" \
+      --no-progress >"$out/synth-flagship-stream.log" 2>&1 ||
+      { echo "synth flagship --pack failed:"; tail -n 5 "$out/synth-flagship-stream.log"; return 1; }
+    echo "synth flagship --pack: $(du -h "$model" | cut -f1) trunk, $(du -h "$pack" | cut -f1) pack in $(($(date +%s) - start)) s"
+  fi
+  "$strata" trace synth --shape flagship --model-seed 7 --seed 3 --tokens 256 -o "$work/flagship.trace" \
+    >/dev/null 2>&1
+  local args=(--prompt-tokens 16 --batch 16 --gen-tokens ${STREAM_GEN_TOKENS:-48} --expert-budget 24G)
+  BENCH_TAG=flagship-24g-tier-trace bench flagship-stream cuda "${args[@]}" \
+    --host-budget "$(stat -c %s "$pack")" --route-trace "$work/flagship.trace" --read-ahead off
+  BENCH_TAG=flagship-24g-tier bench flagship-stream cuda "${args[@]}" --host-budget "$(stat -c %s "$pack")"
+  BENCH_TAG=flagship-24g-trace bench flagship-stream cuda "${args[@]}" --host-budget 0 \
+    --route-trace "$work/flagship.trace" --read-ahead off
 }
 
 for m in "${models[@]}"; do
@@ -95,6 +124,7 @@ for m in "${models[@]}"; do
       STRATA_CUDA_PROFILE=1 bench flagship cuda --prompt-tokens 512 --gen-tokens 16 ;;
     flagship) synth flagship qwen4exp flagship && bench flagship cuda --prompt-tokens 512 --gen-tokens 64 ;;
     next80b-stream) stream80b ;;
+    flagship-stream) streamflagship ;;
     *) echo "gpu_models: unknown model '$m'"; exit 2 ;;
   esac
 done

@@ -144,6 +144,7 @@ TEST_F(CudaStreaming, SlotsAreDeviceMemoryFilledFromLandingBuffers) {
       std::fill(want.begin() + ptrdiff_t(s * bytes), want.begin() + ptrdiff_t((s + 1) * bytes), v);
     }
   }
+  for (int32_t s = 0; s < int32_t(n); ++s) slots->ready(s);  // the compute stream waits for the copies
   gpu.synchronize();
   cuda::Device raw(0);
   std::vector<uint8_t> got(n * bytes);
@@ -162,6 +163,38 @@ TEST_F(CudaStreaming, SlotsAreDeviceMemoryFilledFromLandingBuffers) {
             std::string::npos);
 }
 
+TEST_F(CudaStreaming, HostTierSlotsArePinnedAndCopiedFromDirectly) {
+  backend::CudaBackend gpu(0);
+  const size_t n = 4, bytes = 2 * 4096;
+  const auto device = gpu.alloc_expert_slots(2, bytes);
+  const auto tier = gpu.alloc_host_tier(n, bytes);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->count(), n);
+  for (int32_t t = 0; t < int32_t(n); ++t) {
+    EXPECT_EQ(tier->landing(t), tier->data(t)) << "reads land in the slot itself";
+    std::memset(tier->landing(t), 0x30 + t, bytes);
+  }
+  // Copies of tier slots 1 and 3 into device slots 0 and 1; the tier slot may change only after
+  // wait_copied(its ticket).
+  const uint64_t first = device->fill_from(0, tier->data(1), bytes);
+  const uint64_t second = device->fill_from(1, tier->data(3), bytes);
+  EXPECT_LT(first, second);
+  device->wait_copied(second);
+  std::memset(tier->landing(1), 0x7f, bytes);
+  device->ready(0);
+  device->ready(1);
+  gpu.synchronize();
+  cuda::Device raw(0);
+  std::vector<uint8_t> got(bytes);
+  raw.download(got.data(), device->data(0), bytes);
+  EXPECT_EQ(got, std::vector<uint8_t>(bytes, 0x31));
+  raw.download(got.data(), device->data(1), bytes);
+  EXPECT_EQ(got, std::vector<uint8_t>(bytes, 0x33));
+  EXPECT_EQ(device->counters().bytes, 2 * bytes);
+  EXPECT_NE(error_of([&] { device->fill_from(0, tier->data(0), bytes + 1); }).find("into a slot of"),
+            std::string::npos);
+}
+
 void expect_streamed_equals_resident(const std::string& arch, uint64_t seed) {
   TempDir dir;
   const TinyModel tiny = synth_with_pack(dir, arch, seed);
@@ -172,11 +205,19 @@ void expect_streamed_equals_resident(const std::string& arch, uint64_t seed) {
     ASSERT_EQ(resident->experts_description(), "mapped from the GGUF");
     want = generate(*resident, 6);
   }
-  for (int64_t slots : {int64_t(2), int64_t(3), int64_t(5), int64_t(12), tiny.records}) {
+  // Host tiers: none, twice the device budget (filled by misses), and every record (filled at
+  // start-up).
+  const auto tiers = [&](int64_t slots) {
+    return std::vector<int64_t>{0, std::min(2 * slots, tiny.records), tiny.records};
+  };
+  for (int64_t slots : {int64_t(2), int64_t(3), int64_t(5), int64_t(12), tiny.records})
+  for (int64_t tier : tiers(slots)) {
     for (bool read_ahead : {true, false}) {
-      SCOPED_TRACE(cat(arch, ": ", slots, " slots, read-ahead ", read_ahead ? "on" : "off"));
+      SCOPED_TRACE(cat(arch, ": ", slots, " slots, host tier ", tier, ", read-ahead ", read_ahead ? "on" : "off"));
       experts::SourceOptions o;
       o.budget_bytes = uint64_t(slots) * tiny.slot_bytes;
+      o.host_budget_bytes = uint64_t(tier) * tiny.slot_bytes;
+      o.host_fill = tier == tiny.records;
       o.read_ahead = read_ahead;
       auto streamed = Model::load(tiny.gguf, gpu, o);
       EXPECT_NE(streamed->experts_description().find("into cuda memory"), std::string::npos)
@@ -187,6 +228,8 @@ void expect_streamed_equals_resident(const std::string& arch, uint64_t seed) {
       EXPECT_TRUE(bitwise_equal(got.moe_out, want.moe_out));
       const experts::CacheStats s = *streamed->expert_stats();
       EXPECT_GT(s.misses, 0u);
+      if (tier == tiny.records) { EXPECT_EQ(s.host_hits, s.misses) << "a full tier answers every miss"; }
+      if (tier == 0) { EXPECT_EQ(s.host_hits + s.host_reads, 0u); }
       EXPECT_GT(s.h2d_bytes, 0u) << "records reach the slots by host-to-device copies";
       EXPECT_GT(s.h2d_seconds, 0.0);
       if (slots < tiny.records) { EXPECT_GT(s.evictions, 0u); }
@@ -225,10 +268,11 @@ TEST_F(CudaStreaming, ReadTimingChangesNeitherResultsNorWhereExpertsLand) {
     std::vector<int32_t> smap;
     experts::CacheStats stats;
   };
-  auto run_with = [&](experts::ReaderOptions reader, uint64_t slots) {
+  auto run_with = [&](experts::ReaderOptions reader, uint64_t slots, uint64_t tier) {
     auto m = Model::load(tiny.gguf, gpu);
     experts::StreamingOptions o;
     o.budget_bytes = slots * tiny.slot_bytes;
+    o.host_budget_bytes = tier * tiny.slot_bytes;
     o.reserve = 2;
     o.backend = &gpu;
     o.reader = std::move(reader);
@@ -238,18 +282,20 @@ TEST_F(CudaStreaming, ReadTimingChangesNeitherResultsNorWhereExpertsLand) {
     m->set_expert_source(std::move(source), "streamed (test)");
     Outcome out{generate(*m, 6), {}, *src.stats()};
     for (int l = 0; l < int(m->config().n_blocks()); ++l)
-      for (int e = 0; e < int(m->config().n_expert); ++e)
+      for (int e = 0; e < int(m->config().n_expert); ++e) {
         out.smap.push_back(src.arena().slot_of(l, e));
+        if (src.host_tier()) out.smap.push_back(src.host_tier()->arena().slot_of(l, e));
+      }
     return out;
   };
-  for (uint64_t slots : {uint64_t(7), uint64_t(24)}) {
-    SCOPED_TRACE(cat(slots, " slots"));
-    const Outcome plain = run_with({}, slots);
+  for (const auto [slots, tier] : {std::pair<uint64_t, uint64_t>{7, 0}, {24, 0}, {7, 16}}) {
+    SCOPED_TRACE(cat(slots, " slots, host tier ", tier));
+    const Outcome plain = run_with({}, slots, tier);
     experts::ReaderOptions jittery;
     jittery.threads = 5;
     jittery.urgent_threads = 1;
     jittery.io = [n = uint64_t(1)]() mutable { return std::make_unique<JitteryIo>(n++); };
-    const Outcome shuffled = run_with(jittery, slots);
+    const Outcome shuffled = run_with(jittery, slots, tier);
     EXPECT_TRUE(bitwise_equal(plain.run.logits, want.logits));
     EXPECT_TRUE(bitwise_equal(shuffled.run.logits, want.logits));
     EXPECT_EQ(shuffled.run.tokens, want.tokens);
@@ -259,6 +305,9 @@ TEST_F(CudaStreaming, ReadTimingChangesNeitherResultsNorWhereExpertsLand) {
     EXPECT_EQ(plain.stats.evictions, shuffled.stats.evictions);
     EXPECT_EQ(plain.stats.read_ahead_reads, shuffled.stats.read_ahead_reads);
     EXPECT_EQ(plain.stats.h2d_bytes, shuffled.stats.h2d_bytes);
+    EXPECT_EQ(plain.stats.host_hits, shuffled.stats.host_hits);
+    EXPECT_EQ(plain.stats.host_reads, shuffled.stats.host_reads);
+    if (tier > 0) { EXPECT_GT(plain.stats.host_hits, 0u); }
     EXPECT_GT(plain.stats.evictions, 0u);
   }
 }

@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <cstring>
+
 #include "util/arena_memory.h"
 #include "util/error.h"
 
@@ -17,6 +19,11 @@ class HostExpertSlots : public ExpertSlots {
   const uint8_t* data(int32_t s) const override { return memory_.data() + size_t(s) * slot_bytes_; }
   void* landing(int32_t s) override { return memory_.data() + size_t(s) * slot_bytes_; }
   void fill(int32_t, size_t) override {}  // the read landed in place
+  uint64_t fill_from(int32_t s, const void* host, size_t bytes) override {
+    if (bytes > slot_bytes_) fail("expert slots: fill of ", bytes, " bytes into a slot of ", slot_bytes_);
+    std::memcpy(landing(s), host, bytes);
+    return 0;
+  }
   void discard(int32_t) override {}
   void recycle(int32_t) override {}  // host ops finish before the forward thread goes on
 

@@ -109,8 +109,10 @@ struct BackendCounters {
 // as an expert's weights (CPU: host memory; CUDA: device memory). A record reaches a slot in two
 // steps: the pack read lands in landing(slot), host memory the reader writes with O_DIRECT (the
 // slot itself where slots are host memory, else a pinned staging buffer), then fill(slot, bytes)
-// makes those bytes the slot's content for every op queued after it (CUDA: a host-to-device copy
-// on a copy stream that the compute stream waits for). One caller thread, like the backend.
+// queues the copy of those bytes into the slot, and ready(slot) makes every op queued after it see
+// them (CUDA: a host-to-device copy on a copy stream, which the compute stream waits for at
+// ready(), so a copy queued early overlaps the compute queued before its slot is used). One caller
+// thread, like the backend.
 class ExpertSlots {
  public:
   // Cumulative host-to-device copies (zero where slots are host memory).
@@ -129,8 +131,16 @@ class ExpertSlots {
   // copy reads it until it ends).
   virtual void* landing(int32_t slot) = 0;
   // The read into landing(s) finished: its first `bytes` become slot s's content for ops queued
-  // after this call.
+  // after the next ready(s).
   virtual void fill(int32_t slot, size_t bytes) = 0;
+  // The same from host memory the caller owns (a host tier slot: host memory this backend copies
+  // from fastest, alloc_host_tier), which must stay unchanged until wait_copied(the returned
+  // ticket) has returned. Ticket 0: the copy is done already.
+  virtual uint64_t fill_from(int32_t slot, const void* host, size_t bytes) = 0;
+  // Blocks until the copy of `ticket` (from fill_from) has read all of its source.
+  virtual void wait_copied(uint64_t /*ticket*/) {}
+  // Ops queued after this call see slot s's latest fill.
+  virtual void ready(int32_t /*slot*/) {}
   // The read into landing(s) was cancelled, failed or is not wanted: its buffer is free again.
   virtual void discard(int32_t slot) = 0;
   // Slot s will take another expert: ops queued before this call may still read its old bytes,
@@ -177,6 +187,13 @@ class Backend {
   // moe_expert_outputs (the default: host memory, make_host_expert_slots). Throws strata::Error
   // when the memory cannot be had.
   virtual std::unique_ptr<ExpertSlots> alloc_expert_slots(size_t count, size_t slot_bytes);
+  // Host memory for the expert cache's host tier (experts/host_tier.h), as slots whose landing
+  // buffer is the slot itself: what this backend's expert slots copy from fastest (CUDA: pinned
+  // memory). Null where the expert slots are host memory already (a tier would hold copies of
+  // what the arena can hold itself).
+  virtual std::unique_ptr<ExpertSlots> alloc_host_tier(size_t /*count*/, size_t /*slot_bytes*/) {
+    return nullptr;
+  }
   // Free memory of the device expert slots live on (what the default expert budget is cut from);
   // nullopt where slots are host memory.
   virtual std::optional<uint64_t> expert_memory_free() const { return std::nullopt; }

@@ -123,6 +123,10 @@ nlohmann::ordered_json phase_json(int64_t tokens, double seconds, const std::opt
   // Copies into device expert slots (CUDA), over the copy engine's time.
   j["h2d_bytes"] = c.h2d_bytes;
   j["h2d_gb_per_s"] = c.h2d_seconds > 0 ? double(c.h2d_bytes) / c.h2d_seconds / 1e9 : 0.0;
+  // The host tier (--host-budget): device misses it answered, and its reads from the pack.
+  j["host_hit_rate"] = c.host_hit_rate();
+  j["host_hits"] = c.host_hits;
+  j["host_reads"] = c.host_reads;
   j["read_ahead_accuracy"] = c.read_ahead_accuracy();
   j["read_ahead_skipped"] = c.read_ahead_skipped;
   // Bytes read ahead that became hits per byte read ahead, and the guesses its value cap held back.

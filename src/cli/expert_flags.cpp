@@ -40,12 +40,22 @@ void add_expert_flags(CLI::App* cmd, ExpertFlags& flags) {
   cmd->add_option("--memory-limit", flags.memory_limit,
                   "Memory the trunk, the expert cache, the readers and the activations must fit in (11G); "
                   "sizes the default expert budget (default: the cgroup's limit, when one is set)");
+  cmd->add_option("--host-budget", flags.host_budget,
+                  "Host tier size (32G, 0 for none) with --device cuda: pinned RAM between the device's "
+                  "expert cache and the pack; its misses are copied from there instead of read (default: "
+                  "the pack, at most half of free RAM, when it does not fit the device budget)");
+  cmd->add_option("--host-fill", flags.host_fill, "Read the pack into the host tier at start-up (on|off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   cmd->add_option("--pack", flags.pack,
                   "The .experts pack (default: the model's strata.experts.pack or MODEL.experts)");
 }
 
 experts::SourceOptions source_options(const ExpertFlags& flags) {
-  experts::SourceOptions o{.pack = flags.pack, .read_ahead = flags.read_ahead == "on"};
+  experts::SourceOptions o;
+  o.pack = flags.pack;
+  o.read_ahead = flags.read_ahead == "on";
+  o.host_fill = flags.host_fill == "on";
   if (experts::FaultInjector* faults = io_faults())
     o.io_wrapper = [faults](std::unique_ptr<experts::FileIo> io) { return faults->wrap(std::move(io)); };
   if (!flags.budget.empty()) {
@@ -53,6 +63,13 @@ experts::SourceOptions source_options(const ExpertFlags& flags) {
       o.budget_bytes = experts::parse_byte_size(flags.budget);
     } catch (const Error& e) {
       fail("--expert-budget: ", e.what());
+    }
+  }
+  if (!flags.host_budget.empty()) {
+    try {
+      o.host_budget_bytes = experts::parse_byte_size(flags.host_budget);
+    } catch (const Error& e) {
+      fail("--host-budget: ", e.what());
     }
   }
   if (!flags.memory_limit.empty()) {

@@ -15,6 +15,8 @@ struct ExpertFlags {
   std::string pack;               // --pack; empty: the model's own
   std::string read_ahead = "on";  // --read-ahead on|off
   std::string memory_limit;       // --memory-limit as given; empty: the cgroup's, if any
+  std::string host_budget;        // --host-budget as given; empty: the default rule
+  std::string host_fill = "on";   // --host-fill on|off
 };
 
 void add_expert_flags(CLI::App* cmd, ExpertFlags& flags);

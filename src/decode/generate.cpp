@@ -34,6 +34,7 @@ void fill_cache_telemetry(Telemetry& tm, const experts::CacheStats& d) {
   if (tm.decode_tokens > 0) tm.stall_ms_per_token = d.stall_seconds * 1e3 / double(tm.decode_tokens);
   if (d.h2d_bytes > 0 && d.h2d_seconds > 0)
     tm.h2d_gb_per_s = double(d.h2d_bytes) / d.h2d_seconds / 1e9;
+  if (d.host_hits + d.host_reads > 0) tm.host_hit_rate = d.host_hit_rate();
 }
 
 void GenerateParams::validate() const {
@@ -66,6 +67,9 @@ std::string format_telemetry(const Telemetry& t) {
              number_or_dash(t.stall_ms_per_token, "%.1f"), " ms/tok",
              t.h2d_gb_per_s ? " | h2d " + number_or_dash(t.h2d_gb_per_s, "%.1f") + " GB/s"
                             : std::string(),
+             t.host_hit_rate
+                 ? " | host tier " + number_or_dash(*t.host_hit_rate * 100.0, "%.1f%%") + " of misses"
+                 : std::string(),
              t.spec ? " | " + spec::format_report(*t.spec) : std::string());
 }
 

@@ -1,6 +1,7 @@
 #include "experts/expert_source.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 
@@ -65,6 +66,10 @@ double CacheStats::read_ahead_value() const {
   return read_ahead_bytes == 0 ? 0.0 : double(read_ahead_useful_bytes) / double(read_ahead_bytes);
 }
 
+double CacheStats::host_hit_rate() const {
+  return misses == 0 ? 0.0 : double(host_hits) / double(misses);
+}
+
 CacheStats CacheStats::since(const CacheStats& e) const {
   CacheStats d;
   d.hits = hits - e.hits;
@@ -84,6 +89,8 @@ CacheStats CacheStats::since(const CacheStats& e) const {
   d.early_retirements = early_retirements - e.early_retirements;
   d.h2d_bytes = h2d_bytes - e.h2d_bytes;
   d.h2d_seconds = h2d_seconds - e.h2d_seconds;
+  d.host_hits = host_hits - e.host_hits;
+  d.host_reads = host_reads - e.host_reads;
   return d;
 }
 
@@ -92,17 +99,21 @@ std::string CacheStats::summary() const {
   if (h2d_bytes > 0)
     std::snprintf(h2d, sizeof h2d, ", H2D %.1f MB at %.2f GB/s", double(h2d_bytes) / 1e6,
                   h2d_seconds > 0 ? double(h2d_bytes) / h2d_seconds / 1e9 : 0.0);
-  char buf[512];
+  char host[96] = "";
+  if (host_hits + host_reads > 0)
+    std::snprintf(host, sizeof host, ", host tier %llu hits (%.1f%% of misses), %llu reads",
+                  (unsigned long long)host_hits, host_hit_rate() * 100.0, (unsigned long long)host_reads);
+  char buf[640];
   std::snprintf(
       buf, sizeof buf,
       "expert cache: %llu hits, %llu misses (%.1f%%), %.1f MB read at %.2f GB/s, stall "
       "%.1f ms, read-ahead %llu reads guessed %.1f%% of routed experts (%llu guesses not "
-      "read), %.1f%% of its bytes became hits (%llu reads capped), %llu chunked layers%s, %llu evictions",
+      "read), %.1f%% of its bytes became hits (%llu reads capped), %llu chunked layers%s%s, %llu evictions",
       (unsigned long long)hits, (unsigned long long)misses, hit_rate() * 100.0,
       double(bytes_read) / 1e6, read_seconds > 0 ? double(bytes_read) / read_seconds / 1e9 : 0.0,
       stall_seconds * 1e3, (unsigned long long)read_ahead_reads, read_ahead_accuracy() * 100.0,
       (unsigned long long)read_ahead_skipped, read_ahead_value() * 100.0,
-      (unsigned long long)read_ahead_capped, (unsigned long long)chunked_layers, h2d,
+      (unsigned long long)read_ahead_capped, (unsigned long long)chunked_layers, h2d, host,
       (unsigned long long)evictions);
   return buf;
 }
@@ -138,6 +149,18 @@ uint64_t default_host_budget(uint64_t trunk_bytes, const std::optional<MemoryLim
   const uint64_t from_available = std::max(default_expert_budget(trunk_bytes), kMinDefaultBudget);
   if (!limit) return from_available;
   return std::min(from_available, split_memory(*limit, trunk_bytes, reader_threads, kMinDefaultBudget).arena);
+}
+
+// The default host tier where the slots are device memory: none when the pack fits the device
+// budget; else the pack, at most half of what MemAvailable leaves after a margin and half of the
+// memory limit; none when that is no larger than the device budget (an inclusive tier that small
+// would hold little the device does not).
+uint64_t default_host_tier(uint64_t pack_slot_bytes, uint64_t device_budget, const std::optional<MemoryLimit>& limit) {
+  if (pack_slot_bytes <= device_budget) return 0;
+  uint64_t room = default_expert_budget(0) / 2;
+  if (limit) room = std::min(room, limit->bytes / 2);
+  const uint64_t tier = std::min(pack_slot_bytes, room);
+  return tier > device_budget ? tier : 0;
 }
 
 // The mapped trunk: every tensor but the routed expert stacks and the n-gram tables that are
@@ -205,14 +228,53 @@ OpenedSource streamed(const gguf::Reader& reader, const model::ModelConfig& c, s
     // A locked trunk with an arena that does not fit beside it would not be slow but killed.
     memory_note += "; " + (fits ? lock_trunk(reader, c) : std::string("trunk not locked (over the limit)"));
   }
+  const uint64_t slot = (pack->max_record_bytes() + Arena::kSlotAlignment - 1) / Arena::kSlotAlignment *
+                        Arena::kSlotAlignment;
+  const uint64_t pack_slot_bytes = uint64_t(pack->n_layers()) * uint64_t(pack->n_experts()) * slot;
+  if (device_free) {
+    so.host_budget_bytes = o.host_budget_bytes.value_or(default_host_tier(pack_slot_bytes, so.budget_bytes, memory_limit(o)));
+    // Pinned memory cannot be swapped or reclaimed: asking for more than the machine has free
+    // would push everything else out before the allocation fails.
+    const uint64_t tier = std::min(so.host_budget_bytes, pack_slot_bytes);
+    const uint64_t room = default_expert_budget(0);
+    if (tier > room)
+      fail("--host-budget ", format_bytes(tier), " does not fit in free RAM (", format_bytes(room),
+           " available after a margin); give a smaller --host-budget, or 0 for no host tier");
+  } else if (o.host_budget_bytes.value_or(0) > 0) {
+    fail("--host-budget: the ", backend.name(), " backend's expert cache is host memory already; a host tier "
+         "applies to a device backend (--device cuda)");
+  }
   const std::string path = pack->path();
   auto source = std::make_unique<StreamingSource>(std::move(pack), so);
   const Arena& a = source->arena();
+  std::string tier_note;
+  if (const HostTier* tier = source->host_tier()) {
+    const Arena& t = tier->arena();
+    tier_note = cat("; host tier ", format_bytes(uint64_t(t.n_slots()) * t.slot_bytes()),
+                    o.host_budget_bytes ? "" : " (default: the pack, at most half of free RAM)", " pinned, ",
+                    t.n_slots(), " slots");
+    if (o.host_fill) {
+      const auto start = std::chrono::steady_clock::now();
+      const HostTier::Loaded n = source->load_host_tier({});
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      char rate[96];
+      std::snprintf(rate, sizeof rate, " in %.1f s (%.2f GB/s)", s,
+                    s > 0 ? double(n.records) * double(slot) / s / 1e9 : 0.0);
+      tier_note += cat(", ", n.records, " records read at start-up", rate);
+      if (n.failed > 0) {
+        std::fprintf(stderr,
+                     "[strata] warning: host tier: %zu records could not be read at start-up (first: %s); a "
+                     "request that routes to one reads it again and fails with its error\n",
+                     n.failed, n.first_error.c_str());
+        tier_note += cat(", ", n.failed, " unreadable");
+      }
+    }
+  }
   return {std::move(source),
           cat("streamed from ", path, device_free ? cat(" into ", backend.name(), " memory") : "",
               ", budget ", format_bytes(so.budget_bytes), budget_note, " (", a.n_slots(),
               " slots of ", format_bytes(a.slot_bytes()), ", read-ahead ",
-              o.read_ahead ? "on" : "off", ")", memory_note)};
+              o.read_ahead ? "on" : "off", ")", tier_note, memory_note)};
 }
 
 }  // namespace

@@ -44,12 +44,16 @@ struct CacheStats {
   uint64_t early_retirements = 0;  // limbo retired before the window boundary (over budget)
   uint64_t h2d_bytes = 0;          // record bytes copied into device slots (0: host slots)
   double h2d_seconds = 0;          // copy-engine time of those copies
+  uint64_t host_hits = 0;   // misses of the device arena that the host tier held (no read)
+  uint64_t host_reads = 0;  // records read from the pack into the host tier (misses, read-ahead)
 
   double hit_rate() const;             // 0..1, 0 without lookups
   double read_ahead_accuracy() const;  // read_ahead_predicted / read_ahead_routed
   // read_ahead_useful_bytes / read_ahead_bytes: bytes read ahead that became hits per byte read
   // ahead; 0 without read-ahead.
   double read_ahead_value() const;
+  // host_hits / misses: the device misses the host tier answered; 0 without misses.
+  double host_hit_rate() const;
   // These counters minus `earlier`'s (the work between two snapshots).
   CacheStats since(const CacheStats& earlier) const;
   // "expert cache: 812 hits, 40 misses (95.3%), 8.6 MB read at 1.20 GB/s, stall 12.0 ms,
@@ -128,6 +132,11 @@ struct SourceOptions {
   std::string pack;                      // --pack; empty: the GGUF's strata.experts.pack or
                                          // MODEL.gguf.experts
   bool read_ahead = true;                // --read-ahead
+  // --host-budget: the host tier's size where the expert slots are device memory (0: none); unset:
+  // when the pack does not fit the device budget, min(the pack, half of MemAvailable, half of the
+  // memory limit).
+  std::optional<uint64_t> host_budget_bytes;
+  bool host_fill = true;  // --host-fill: fill the host tier from the pack at start-up
   FileIoWrapper io_wrapper;              // wraps the pack reader's I/O (fault injection)
   // --memory-limit: trunk, arena, readers and activations stay inside it (memory_limit.h); unset:
   // the cgroup's limit when one is set.

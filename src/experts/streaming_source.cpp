@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <unordered_map>
 
 #include "util/error.h"
 #include "util/progress.h"
@@ -25,47 +24,6 @@ constexpr double kReadAheadRefund = 2;
 // Start-up pins whose reads are in flight at once.
 constexpr size_t kPinBatch = 64;
 
-class ReaderIo : public RecordIo {
- public:
-  ReaderIo(const Pack& pack, const ReaderOptions& options) : reader_(pack, options) {}
-
-  Id submit(int layer, int expert, void* dst, Priority priority) override {
-    const Id id = next_++;
-    tickets_.emplace(id, reader_.submit(layer, expert, dst, priority));
-    return id;
-  }
-  void wait(Id id) override {
-    const Ticket t = take(id);
-    reader_.wait(t);
-  }
-  bool cancel(Id id) override {
-    if (!reader_.cancel(ticket(id))) return false;
-    take(id);
-    return true;
-  }
-  void promote(Id id) override { reader_.promote(ticket(id)); }
-  Counters counters() const override {
-    const ReaderStats s = reader_.stats();
-    return {s.bytes, s.busy_seconds};
-  }
-
- private:
-  const Ticket& ticket(Id id) const {
-    const auto it = tickets_.find(id);
-    if (it == tickets_.end()) fail("expert reader: request ", id, " is not pending");
-    return it->second;
-  }
-  Ticket take(Id id) {
-    const Ticket t = ticket(id);
-    tickets_.erase(id);
-    return t;
-  }
-
-  ExpertReader reader_;
-  std::unordered_map<Id, Ticket> tickets_;
-  Id next_ = 1;
-};
-
 std::vector<int32_t> distinct_experts(const backend::Routing& routing) {
   std::vector<int32_t> ids(routing.experts.begin(), routing.experts.end());
   std::sort(ids.begin(), ids.end());
@@ -80,10 +38,6 @@ std::vector<Layout> pack_layouts(const Pack& pack) {
 }
 
 }  // namespace
-
-std::unique_ptr<RecordIo> make_reader_io(const Pack& pack, const ReaderOptions& options) {
-  return std::make_unique<ReaderIo>(pack, options);
-}
 
 StreamingSource::StreamingSource(std::vector<Layout> layouts, int n_experts,
                                  uint64_t max_record_bytes, std::unique_ptr<RecordIo> io,
@@ -106,7 +60,22 @@ StreamingSource::StreamingSource(std::vector<Layout> layouts, int n_experts,
   slots_ = o.backend ? o.backend->alloc_expert_slots(n_slots, arena_->slot_bytes())
                      : backend::make_host_expert_slots(n_slots, arena_->slot_bytes());
   io_ = std::move(io);
+  if (o.host_budget_bytes > 0) {
+    const size_t n_tier = size_t(std::min(o.host_budget_bytes / slot, records));
+    if (n_tier == 0)
+      fail("--host-budget ", format_bytes(o.host_budget_bytes), " is below one expert record (",
+           format_bytes(slot), "); give at least that, or 0 for no host tier");
+    if (!o.backend)
+      fail("--host-budget: the expert slots are host memory already; a host tier applies to a "
+           "device backend (--device cuda)");
+    std::unique_ptr<backend::ExpertSlots> memory = o.backend->alloc_host_tier(n_tier, arena_->slot_bytes());
+    if (!memory)
+      fail("--host-budget: the ", o.backend->name(), " backend's expert slots are host memory "
+           "already; a host tier applies to a device backend (--device cuda)");
+    tier_ = std::make_unique<HostTier>(int(layouts_.size()), n_experts_, std::move(memory), *io_, *slots_);
+  }
   pending_.assign(n_slots, 0);
+  from_tier_.assign(n_slots, -1);
   unseen_.assign(n_slots, 0);
   ahead_unused_.assign(n_slots, 0);
   settle_fn_ = [this](int32_t s) { settle(s); };
@@ -121,6 +90,7 @@ StreamingSource::StreamingSource(std::unique_ptr<Pack> pack, const StreamingOpti
 }
 
 StreamingSource::~StreamingSource() {
+  tier_.reset();
   for (size_t s = 0; s < pending_.size(); ++s) settle(int32_t(s));
 }
 
@@ -143,6 +113,18 @@ void StreamingSource::settle(int32_t s) {
 }
 
 void StreamingSource::finish_read(int32_t s, int layer, int expert) {
+  if (const int32_t t = from_tier_[size_t(s)]; t >= 0) {
+    from_tier_[size_t(s)] = -1;
+    try {
+      tier_->finish(t, layer, expert);
+    } catch (...) {
+      ahead_unused_[size_t(s)] = 0;
+      arena_->drop(s);
+      throw;
+    }
+    tier_->copy_to(t, s, size_t(layouts_[size_t(layer)].record_bytes));
+    return;
+  }
   const RecordIo::Id id = pending_[size_t(s)];
   if (id == 0) return;
   pending_[size_t(s)] = 0;
@@ -178,6 +160,7 @@ void StreamingSource::end_window() {
     if (pending_[s] != 0) unseen_[s] = 1;
   arena_->release_holds();
   arena_->end_window(settle_fn_);
+  if (tier_) tier_->end_window();
   guess_layer_ = -1;
   read_ahead_credit_ = std::min(kReadAheadCredit, read_ahead_credit_ + 1);
   publish(true);
@@ -215,17 +198,42 @@ void StreamingSource::start(int il, std::span<const int32_t> ids) {
       s = arena_->assign(il, e, settle_fn_);
       if (s == Arena::kMiss)
         fail("internal error: expert cache has no slot for layer ", il, " expert ", e);
-      pending_[size_t(s)] = io_->submit(il, e, slots_->landing(s), Priority::Urgent);
+      bool was_read_ahead = false;
+      const int32_t t = tier_ ? tier_->acquire(il, e, was_read_ahead) : Arena::kMiss;
+      if (t != Arena::kMiss) {
+        from_tier_[size_t(s)] = t;
+        if (was_read_ahead) {
+          stats_.read_ahead_useful_bytes += layouts_[size_t(il)].record_bytes;
+          read_ahead_credit_ = std::min(kReadAheadCredit, read_ahead_credit_ + kReadAheadRefund);
+        }
+      } else {
+        pending_[size_t(s)] = io_->submit(il, e, slots_->landing(s), Priority::Urgent);
+      }
     }
     arena_->hold(s);
   }
 }
 
 void StreamingSource::run(int il, std::span<const int32_t> ids, bool whole, const GroupFn& fn) {
-  for (int32_t e : ids) finish_read(arena_->slot_of(il, e), il, e);
+  try {
+    for (int32_t e : ids) finish_read(arena_->slot_of(il, e), il, e);
+  } catch (...) {
+    // The group's other copies from the tier were never queued: those experts hold no bytes, and
+    // their tier slots are released with the group.
+    for (int32_t e : ids)
+      if (const int32_t s = arena_->slot_of(il, e); s != Arena::kMiss && from_tier_[size_t(s)] >= 0) {
+        from_tier_[size_t(s)] = -1;
+        ahead_unused_[size_t(s)] = 0;
+        arena_->drop(s);
+      }
+    throw;
+  }
   const Layout& layout = layouts_[size_t(il)];
-  for (int32_t e : ids)
-    weights_[size_t(e)] = layout.weights(slots_->data(arena_->slot_of(il, e)));
+  for (int32_t e : ids) {
+    const int32_t s = arena_->slot_of(il, e);
+    slots_->ready(s);
+    weights_[size_t(e)] = layout.weights(slots_->data(s));
+  }
   fn({weights_, ids, whole});
   for (int32_t e : ids) weights_[size_t(e)] = {};
 }
@@ -277,8 +285,12 @@ void StreamingSource::layer(int il, const backend::Routing& routing, const Group
 
   struct Release {
     Arena& arena;
-    ~Release() { arena.release_holds(); }
-  } release{*arena_};
+    HostTier* tier;
+    ~Release() {
+      arena.release_holds();
+      if (tier) tier->release_holds();
+    }
+  } release{*arena_, tier_.get()};
   if (groups.size() == 1 && n_hits > 0 && n_hits < ids.size()) {
     // Resident first (docs/DESIGN.md, "The decode window"): the misses' reads go out, then
     // the residents are computed while they land, then the misses.
@@ -297,6 +309,7 @@ void StreamingSource::layer(int il, const backend::Routing& routing, const Group
     start(il, g);
     run(il, g, groups.size() == 1, fn);
     arena_->release_holds();
+    if (tier_) tier_->release_holds();
   }
 }
 
@@ -321,14 +334,32 @@ void StreamingSource::read_ahead(int il, const backend::Routing& guess) {
       return;
     }
     const int32_t e = missing[i];
+    const uint64_t bytes = layouts_[size_t(il)].record_bytes;
+    HostTier::Guess g;
+    if (tier_) {
+      // The tier's record is copied now; one it lacks is read into it, not into the arena.
+      g = tier_->read_ahead(il, e);
+      if (g.ready == Arena::kMiss) {
+        if (g.queued) {
+          read_ahead_credit_ -= 1;
+          ++stats_.read_ahead_reads;
+          stats_.read_ahead_bytes += bytes;
+        }
+        continue;
+      }
+    }
     const int32_t s = arena_->assign(il, e, settle_fn_);
     if (s == Arena::kMiss) return;
-    pending_[size_t(s)] = io_->submit(il, e, slots_->landing(s), Priority::ReadAhead);
-    unseen_[size_t(s)] = 1;
+    if (tier_) {
+      tier_->copy_to(g.ready, s, size_t(bytes));
+    } else {
+      pending_[size_t(s)] = io_->submit(il, e, slots_->landing(s), Priority::ReadAhead);
+      unseen_[size_t(s)] = 1;
+    }
     ahead_unused_[size_t(s)] = 1;
     read_ahead_credit_ -= 1;
     ++stats_.read_ahead_reads;
-    stats_.read_ahead_bytes += layouts_[size_t(il)].record_bytes;
+    stats_.read_ahead_bytes += bytes;
   }
 }
 
@@ -336,6 +367,21 @@ bool StreamingSource::residency(int layer, std::span<uint8_t> out) const {
   for (size_t e = 0; e < out.size(); ++e)
     out[e] = arena_->slot_of(layer, int(e)) != Arena::kMiss ? 1 : 0;
   return true;
+}
+
+HostTier::Loaded StreamingSource::load_host_tier(std::span<const ExpertKey> ranked) {
+  if (!tier_) return {};
+  for (const ExpertKey& k : ranked)
+    if (k.layer < 0 || size_t(k.layer) >= layouts_.size() || k.expert < 0 || k.expert >= n_experts_)
+      fail("expert cache: cannot load (layer ", k.layer, ", expert ", k.expert,
+           ") into the host tier: outside the pack's ", layouts_.size(), " layers x ", n_experts_, " experts");
+  std::vector<ExpertKey> keys(ranked.begin(), ranked.end());
+  // Expert-major: a tier smaller than the pack holds as many experts of each layer.
+  for (int e = 0; e < n_experts_; ++e)
+    for (int il = 0; il < int(layouts_.size()); ++il) keys.push_back({il, e});
+  const HostTier::Loaded loaded = tier_->load(keys);
+  publish(false);
+  return loaded;
 }
 
 size_t StreamingSource::pin(std::span<const ExpertKey> ranked, size_t max_pins) {
@@ -387,6 +433,12 @@ std::optional<CacheStats> StreamingSource::stats() const {
   const backend::ExpertSlots::Counters copies = slots_->counters();
   s.h2d_bytes = copies.bytes;
   s.h2d_seconds = copies.seconds;
+  if (tier_) {
+    const HostTier::Counters t = tier_->counters();
+    s.host_hits = t.hits;
+    s.host_reads = t.reads;
+    s.stall_seconds += t.stall_seconds;
+  }
   return s;
 }
 

@@ -5,7 +5,8 @@
 // Per layer of a window: the distinct experts the routing names are looked up in smap; hits are
 // touched in the LRU, misses get a slot and an urgent read, and the forward waits for them (the
 // handshake); when some are resident and the rest fit too, the residents are computed while the
-// misses are read. When the budget cannot hold them all at once (a long prefill window touching
+// misses are read. With a host tier (host_tier.h) a miss is copied from it, and read from the pack
+// into it when it lacks the record. When the budget cannot hold them all at once (a long prefill window touching
 // every expert of a layer), they are handed out in groups that fit; the model computes each group's
 // pairs and combines all pairs afterwards in rank order, so the output is bitwise the
 // all-resident output. Read-ahead guesses (the next layer's router on this layer's input) become
@@ -23,41 +24,20 @@
 #include "experts/arena.h"
 #include "experts/expert_reader.h"
 #include "experts/expert_source.h"
+#include "experts/host_tier.h"
 #include "experts/pack.h"
+#include "experts/record_io.h"
 
 namespace strata::experts {
-
-// How record bytes reach the arena: the pack through ExpertReader (make_reader_io), or in tests
-// any other source of record bytes.
-class RecordIo {
- public:
-  using Id = uint64_t;  // 0 is never an id
-  struct Counters {
-    uint64_t bytes = 0;       // record bytes delivered, checksums verified
-    double busy_seconds = 0;  // wall time with a read in flight
-  };
-
-  virtual ~RecordIo() = default;
-  // Queues a read of record (layer, expert) into dst (4 KiB-aligned, a slot).
-  virtual Id submit(int layer, int expert, void* dst, Priority priority) = 0;
-  // Blocks until the read ends; throws its strata::Error (a bad checksum, an I/O error). The id
-  // is finished either way.
-  virtual void wait(Id id) = 0;
-  // True: dropped before any byte was written, the id is finished. False: wait() for it.
-  virtual bool cancel(Id id) = 0;
-  // A queued read-ahead request that became a miss moves to the urgent queue.
-  virtual void promote(Id id) = 0;
-  virtual Counters counters() const = 0;
-};
-
-// ExpertReader over `pack` (which must outlive the result).
-std::unique_ptr<RecordIo> make_reader_io(const Pack& pack, const ReaderOptions& options);
 
 struct StreamingOptions {
   uint64_t budget_bytes = 0;  // the arena; at least one record
   // Whose memory the slots are (Backend::alloc_expert_slots; it must outlive the source); null:
   // host memory (backend::make_host_expert_slots).
   backend::Backend* backend = nullptr;
+  // The host tier between the arena and the pack (host_tier.h), in the backend's host memory
+  // (Backend::alloc_host_tier); 0: none. At most one slot per record is made.
+  uint64_t host_budget_bytes = 0;
   bool read_ahead = true;
   // Slots kept free or in limbo once the arena is full; default n_slots / 32.
   std::optional<size_t> reserve;
@@ -83,6 +63,11 @@ class StreamingSource : public ExpertSource {
   bool residency(int layer, std::span<uint8_t> out) const override;
   std::optional<CacheSnapshot> snapshot() const override;
 
+  // Fills the host tier at start-up: the records of `ranked` first (best first: a profile), then
+  // every other record, expert by expert across the layers, until it is full (HostTier::load;
+  // nothing without a tier). Throws strata::Error for a key outside the pack.
+  HostTier::Loaded load_host_tier(std::span<const ExpertKey> ranked);
+
   // Loads and pins experts from a ranked list (best first: a profile), as many as leave at least
   // one slot outside the reserve unpinned, and at most `max_pins`. Returns how many are pinned.
   // Throws strata::Error when a record cannot be read.
@@ -90,6 +75,7 @@ class StreamingSource : public ExpertSource {
 
   const Arena& arena() const { return *arena_; }
   const backend::ExpertSlots& slots() const { return *slots_; }
+  const HostTier* host_tier() const { return tier_.get(); }
 
  private:
   void settle(int32_t slot);
@@ -110,8 +96,10 @@ class StreamingSource : public ExpertSource {
   bool read_ahead_;
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<backend::ExpertSlots> slots_;  // outlives io_: reads land in its buffers
+  std::unique_ptr<HostTier> tier_;  // null without a host budget; reset before the rest goes
   std::unique_ptr<RecordIo> io_;  // destroyed first: its reads into the slots end before they go
   std::vector<RecordIo::Id> pending_;  // per slot: the read still writing into it, or 0
+  std::vector<int32_t> from_tier_;     // per slot: the tier slot its record is copied from, or -1
   std::vector<uint8_t> unseen_;        // per slot: that read's failure would reach nobody yet
   Arena::Settle settle_fn_;
   std::vector<backend::ExpertWeights> weights_;  // n_experts, the current group's filled in

@@ -97,6 +97,10 @@ void render_expert_cache(std::string& out, const experts::CacheStats& c) {
          double(c.h2d_bytes));
   metric(out, "strata_expert_cache_h2d_seconds_total", "counter",
          "Copy-engine time of those copies.", c.h2d_seconds);
+  metric(out, "strata_expert_cache_host_hits_total", "counter",
+         "Device cache misses the host tier held (copied without a read).", double(c.host_hits));
+  metric(out, "strata_expert_cache_host_reads_total", "counter",
+         "Records read from the pack into the host tier.", double(c.host_reads));
 }
 
 }  // namespace

@@ -220,6 +220,7 @@ class CudaBackend : public Backend {
   // Expert cache slots in device memory, filled by copies from pinned buffers on a copy stream
   // (expert_slots.cpp).
   std::unique_ptr<ExpertSlots> alloc_expert_slots(size_t count, size_t slot_bytes) override;
+  std::unique_ptr<ExpertSlots> alloc_host_tier(size_t count, size_t slot_bytes) override;
   std::optional<uint64_t> expert_memory_free() const override;
 
   void get_rows(const Weight& table, const Ids& ids, Tensor y) override;
