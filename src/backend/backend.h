@@ -168,6 +168,12 @@ class Backend {
   // that threw: whatever was being recorded is dropped.
   virtual void begin_window(uint64_t key) {}
   virtual void end_window(bool completed) {}
+  // A host step inside a window: between these the host reads values back and decides which ops
+  // follow (the expert cache's handshake), so they run as they come even in a recorded window,
+  // which is recorded in pieces around its host steps. The key's promise covers the ops outside
+  // host steps; tensors allocated inside one are valid until the next host step begins.
+  virtual void begin_host_step() {}
+  virtual void end_host_step() {}
   virtual BackendCounters counters() const { return {}; }
 
   // Memory. alloc() returns zeroed memory owned by the backend until release().

@@ -152,13 +152,26 @@ Tensor moe(Window& w, int64_t il, const Tensor& x) {
   backend::Ids ids = w.tmp.ids(w.T, w.c.n_expert_used);
   Tensor weights = w.tmp(w.T, w.c.n_expert_used);
   be.route_softmax_topk(logits, w.renormalize_topk, ids, weights);
-  std::optional<backend::Routing> controlled;
-  if (w.route) {
-    controlled = w.route->route(be, w.experts, int(il), logits, ids, weights);
-    backend::upload_routing(be, *controlled, ids, weights);
-  }
   Tensor y = w.tmp(w.T, w.c.n_embd);  // zeros
-  routed_experts(w, il, x, ids, weights, controlled ? &*controlled : nullptr, y);  // self.experts(...)
+  {
+    // The host sees the routing when a route control or the expert cache decides on it.
+    struct HostStep {
+      backend::Backend& be;
+      bool on;
+      HostStep(backend::Backend& b, bool o) : be(b), on(o) {
+        if (on) be.begin_host_step();
+      }
+      ~HostStep() {
+        if (on) be.end_host_step();
+      }
+    } step(be, w.route || w.experts.all_resident(int(il)).empty() || w.experts.wants_read_ahead());
+    std::optional<backend::Routing> controlled;
+    if (w.route) {
+      controlled = w.route->route(be, w.experts, int(il), logits, ids, weights);
+      backend::upload_routing(be, *controlled, ids, weights);
+    }
+    routed_experts(w, il, x, ids, weights, controlled ? &*controlled : nullptr, y);  // self.experts(...)
+  }
   if (!shared_expert) return y;
   // shared_expert_output = self.shared_expert(hidden_states)
   Tensor gate = w.tmp(w.T, w.c.n_ff_shexp), up = w.tmp(w.T, w.c.n_ff_shexp);

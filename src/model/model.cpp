@@ -24,13 +24,13 @@ struct KeyPart {
 // The key under which the backend may record a window as a graph (Backend::begin_window): per
 // sequence, in window order, its row count, logits mode and the state tensors it updates (a
 // window of several sequences runs the same ops whenever the same states share it in the same
-// order with the same rows). 0 (no recording) where the sequence of ops depends on more than
-// that: dumps and route controls read activations back mid-window, a streaming expert source
-// decides per layer on the host, and qwen4exp's QSA completes blocks and grows its score width
-// with the position.
-uint64_t window_key(const ModelConfig& c, std::span<const KeyPart> parts, bool host_in_the_loop) {
-  if (host_in_the_loop || c.arch == Arch::Qwen4Exp) return 0;
-  uint64_t h = mix(0xcbf29ce484222325ull, uint64_t(parts.size()));
+// order with the same rows), and whether its MoE layers take host steps (their ops are the host's
+// choice, outside the key's promise). 0 (no recording) where the sequence of ops outside host steps
+// depends on more than that: dumps read activations back mid-window, and qwen4exp's QSA completes
+// blocks and grows its score width with the position.
+uint64_t window_key(const ModelConfig& c, std::span<const KeyPart> parts, bool host_reads, bool host_steps) {
+  if (host_reads || c.arch == Arch::Qwen4Exp) return 0;
+  uint64_t h = mix(mix(0xcbf29ce484222325ull, uint64_t(parts.size())), host_steps ? 1 : 0);
   for (const KeyPart& p : parts) {
     h = mix(mix(h, uint64_t(p.rows)), uint64_t(p.mode));
     for (const LayerState& l : p.state->layers)
@@ -40,10 +40,10 @@ uint64_t window_key(const ModelConfig& c, std::span<const KeyPart> parts, bool h
   return h == 0 ? 1 : h;
 }
 
-// What keeps a window from being recorded whatever its sequences: the host reads or decides
-// something mid-window.
-bool host_in_the_loop(bool dumping, bool routed, const experts::ExpertSource& source) {
-  return dumping || routed || source.all_resident(0).empty() || source.wants_read_ahead();
+// Whether the MoE layers take host steps (forward_common.cpp, moe()): a route control or an expert
+// cache decides on the routing.
+bool host_steps(bool routed, const experts::ExpertSource& source) {
+  return routed || source.all_resident(0).empty() || source.wants_read_ahead();
 }
 
 }  // namespace
@@ -105,8 +105,7 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
     ~WindowScope() { source.end_window(); }
   } window_scope(*experts_);
   // Speculative windows (journal, hidden rows for the MTP head) read state back mid-window.
-  const bool host_reads = host_in_the_loop(dump_ != nullptr, route_ != nullptr, *experts_) ||
-                          extras.journal || extras.hidden;
+  const bool host_reads = dump_ != nullptr || extras.journal || extras.hidden;
   const KeyPart part{T, mode, &state};
   struct BackendWindow {
     backend::Backend& be;
@@ -115,7 +114,7 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
     ~BackendWindow() {
       if (open) be.end_window(false);
     }
-  } backend_window(backend_, window_key(c, std::span(&part, 1), host_reads));
+  } backend_window(backend_, window_key(c, std::span(&part, 1), host_reads, host_steps(route_ != nullptr, *experts_)));
   // The window's scratch lives inside the recording: its allocations repeat with its ops.
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
   w.route = route_.get();
@@ -214,7 +213,7 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
     ~BackendWindow() {
       if (open) be.end_window(false);
     }
-  } backend_window(backend_, window_key(c, key_parts, host_in_the_loop(dump_ != nullptr, route_ != nullptr, *experts_)));
+  } backend_window(backend_, window_key(c, key_parts, dump_ != nullptr, host_steps(route_ != nullptr, *experts_)));
   Window w{backend_, c, weights_, *experts_, *sequences[0].state, std::move(pos), tokens, T, renormalize_topk_, dump_,
            Scratch(backend_)};
   w.route = route_.get();

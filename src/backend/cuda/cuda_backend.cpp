@@ -150,6 +150,16 @@ void CudaBackend::end_window(bool completed) {
   impl_->end_matmul_chain();
   impl_->graphs.end(completed);
 }
+void CudaBackend::begin_host_step() {
+  impl_->end_matmul_chain();
+  impl_->graphs.begin_host_step();
+}
+
+void CudaBackend::end_host_step() {
+  impl_->end_matmul_chain();
+  impl_->graphs.end_host_step();
+}
+
 BackendCounters CudaBackend::counters() const { return impl_->graphs.counters(); }
 
 Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {

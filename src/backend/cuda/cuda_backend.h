@@ -275,6 +275,8 @@ class CudaBackend : public Backend {
   // Windows of a key seen before are recorded as a CUDA graph and replayed (window_graphs.h).
   void begin_window(uint64_t key) override;
   void end_window(bool completed) override;
+  void begin_host_step() override;
+  void end_host_step() override;
   BackendCounters counters() const override;
 
   struct Impl;  // cuda_backend_impl.h

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "backend/cuda/check.h"
 #include "util/error.h"
@@ -41,15 +42,20 @@ WindowGraphs::WindowGraphs(const cuda::detail::DeviceContext& ctx) : ctx_(ctx), 
 WindowGraphs::~WindowGraphs() {
   cudaStreamSynchronize(ctx_.stream);
   drop_graphs();
+  destroy(capturing_);
   if (arena_) cudaFree(arena_);
+  for (auto& [chunk, bytes] : step_chunks_) cudaFree(chunk);
+}
+
+void WindowGraphs::destroy(Graph& g) {
+  for (cudaGraphExec_t exec : g.segments) cudaGraphExecDestroy(exec);
+  if (g.done) cudaEventDestroy(g.done);
+  for (Input& in : g.inputs) cudaFreeHost(in.pinned);
+  g = Graph{};
 }
 
 void WindowGraphs::drop_graphs() {
-  for (auto& [key, g] : graphs_) {
-    cudaGraphExecDestroy(g.exec);
-    cudaEventDestroy(g.done);
-    for (Input& in : g.inputs) cudaFreeHost(in.pinned);
-  }
+  for (auto& [key, g] : graphs_) destroy(g);
   graphs_.clear();
   seen_.clear();
 }
@@ -80,6 +86,8 @@ void WindowGraphs::begin(uint64_t key) {
   blocks_.clear();
   key_ = key;
   next_input_ = 0;
+  next_segment_ = 0;
+  in_step_ = false;
   graph_ = nullptr;
   mode_ = Mode::Eager;
   if (profile_.enabled()) {
@@ -108,26 +116,29 @@ void WindowGraphs::begin(uint64_t key) {
 
 void WindowGraphs::end(bool completed) {
   const Mode mode = mode_;
+  const bool in_step = in_step_;
   mode_ = Mode::Outside;
+  in_step_ = false;
   if (mode == Mode::Capture) {
     cudaGraph_t graph = nullptr;
-    const cudaError_t err = cudaStreamEndCapture(ctx_.stream, &graph);
-    if (!completed || err != cudaSuccess) {
+    // A window that failed inside a host step has no capture running.
+    const cudaError_t err = in_step ? cudaSuccess : cudaStreamEndCapture(ctx_.stream, &graph);
+    if (!completed || in_step || err != cudaSuccess) {
       if (graph) cudaGraphDestroy(graph);
-      for (Input& in : capturing_.inputs) cudaFreeHost(in.pinned);
-      capturing_ = Graph{};
+      destroy(capturing_);
       if (completed) STRATA_CUDA_CHECK(err);
       return;
     }
-    Graph g = std::move(capturing_);
-    capturing_ = Graph{};
-    g.kernels = kernel_nodes(graph);
-    const cudaError_t inst = cudaGraphInstantiate(&g.exec, graph, 0);
+    capturing_.kernels += kernel_nodes(graph);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
+    if (inst != cudaSuccess) destroy(capturing_);
     STRATA_CUDA_CHECK(inst);
-    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&g.done, cudaEventDisableTiming));
+    capturing_.segments.push_back(exec);
+    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&capturing_.done, cudaEventDisableTiming));
     ++counters_.graph_captures;
-    graph_ = &graphs_.emplace(key_, std::move(g)).first->second;
+    graph_ = &graphs_.emplace(key_, std::exchange(capturing_, Graph{})).first->second;
   } else if (mode != Mode::Replay) {
     profile_.end(counters_.op_times, counters_.profiled_windows_discarded);
     if (key_ != 0 && completed) {
@@ -139,17 +150,80 @@ void WindowGraphs::end(bool completed) {
     return;
   }
   if (!completed) return;
-  if (next_input_ != graph_->inputs.size())
-    fail("internal error: a replayed window uploaded ", next_input_, " inputs; its graph has ",
-         graph_->inputs.size());
-  STRATA_CUDA_CHECK(cudaGraphLaunch(graph_->exec, ctx_.stream));
+  if (next_input_ != graph_->inputs.size() || next_segment_ + 1 != graph_->segments.size())
+    fail("internal error: a replayed window uploaded ", next_input_, " inputs in ", next_segment_ + 1,
+         " segments; its graph has ", graph_->inputs.size(), " in ", graph_->segments.size());
+  // The segments before the last were launched at their host steps.
+  STRATA_CUDA_CHECK(cudaGraphLaunch(graph_->segments.back(), ctx_.stream));
   STRATA_CUDA_CHECK(cudaEventRecord(graph_->done, ctx_.stream));
   ++counters_.graph_replays;
   counters_.graph_kernels += graph_->kernels;
 }
 
+void WindowGraphs::begin_host_step() {
+  if (mode_ == Mode::Outside) return;
+  if (in_step_) fail("internal error: a host step inside a host step");
+  finish_segment();
+  in_step_ = true;
+  step_chunk_ = 0;
+  step_top_ = 0;
+}
+
+void WindowGraphs::end_host_step() {
+  if (mode_ == Mode::Outside) return;
+  if (!in_step_) fail("internal error: the end of a host step that did not begin");
+  in_step_ = false;
+  if (mode_ == Mode::Capture)
+    STRATA_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeRelaxed));
+}
+
+void WindowGraphs::finish_segment() {
+  if (mode_ == Mode::Capture) {
+    cudaGraph_t graph = nullptr;
+    STRATA_CUDA_CHECK(cudaStreamEndCapture(ctx_.stream, &graph));
+    capturing_.kernels += kernel_nodes(graph);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    STRATA_CUDA_CHECK(inst);
+    capturing_.segments.push_back(exec);
+    STRATA_CUDA_CHECK(cudaGraphLaunch(exec, ctx_.stream));
+    ++next_segment_;
+  } else if (mode_ == Mode::Replay) {
+    if (next_segment_ + 1 >= graph_->segments.size())
+      fail("internal error: a replayed window has more host steps than its graph has segments (",
+           graph_->segments.size(), ")");
+    STRATA_CUDA_CHECK(cudaGraphLaunch(graph_->segments[next_segment_++], ctx_.stream));
+  }
+}
+
+void* WindowGraphs::step_alloc(size_t bytes) {
+  const size_t need = round_up(std::max<size_t>(bytes, 1));
+  while (step_chunk_ < step_chunks_.size() && step_top_ + need > step_chunks_[step_chunk_].second) {
+    ++step_chunk_;
+    step_top_ = 0;
+  }
+  if (step_chunk_ == step_chunks_.size()) {
+    const size_t chunk_bytes = std::max(need, size_t(64) << 20);
+    uint8_t* chunk = nullptr;
+    const cudaError_t err = cudaMalloc(&chunk, chunk_bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      fail("window memory: cannot allocate ", chunk_bytes, " bytes of device memory for a host step: ",
+           cudaGetErrorString(err));
+    }
+    step_chunks_.emplace_back(chunk, chunk_bytes);
+    step_top_ = 0;
+  }
+  uint8_t* p = step_chunks_[step_chunk_].first + step_top_;
+  step_top_ += need;
+  STRATA_CUDA_CHECK(cudaMemsetAsync(p, 0, need, ctx_.stream));
+  return p;
+}
+
 void* WindowGraphs::alloc(size_t bytes) {
   if (mode_ == Mode::Outside) return nullptr;
+  if (in_step_) return step_alloc(bytes);
   const size_t need = round_up(std::max<size_t>(bytes, 1));
   if (fresh_limit_ != 0) {
     if (top_ + need > fresh_limit_)
@@ -179,6 +253,8 @@ void* WindowGraphs::alloc(size_t bytes) {
 
 bool WindowGraphs::release(const void* p) {
   const auto* b = static_cast<const uint8_t*>(p);
+  for (const auto& [chunk, bytes] : step_chunks_)
+    if (b >= chunk && b < chunk + bytes) return true;  // reset at the next step
   if (!arena_ || b < arena_ || b >= arena_ + capacity_) return false;
   if (fresh_limit_ != 0) return true;  // never rewound: the memory is the graph's until it ends
   const size_t offset = size_t(b - arena_);
@@ -193,7 +269,7 @@ bool WindowGraphs::release(const void* p) {
 }
 
 bool WindowGraphs::upload(void* dst, const void* host, size_t bytes) {
-  if (mode_ == Mode::Outside || mode_ == Mode::Eager) return false;
+  if (mode_ == Mode::Outside || mode_ == Mode::Eager || in_step_) return false;
   if (mode_ == Mode::Capture) {
     Input in{nullptr, bytes};
     STRATA_CUDA_CHECK(cudaMallocHost(&in.pinned, std::max<size_t>(bytes, 1)));
@@ -212,8 +288,8 @@ bool WindowGraphs::upload(void* dst, const void* host, size_t bytes) {
 }
 
 void WindowGraphs::check_no_readback(const char* op) const {
-  if (mode_ == Mode::Capture || mode_ == Mode::Replay)
-    fail("internal error: ", op, " inside a recorded window (its key promised no read-back)");
+  if ((mode_ == Mode::Capture || mode_ == Mode::Replay) && !in_step_)
+    fail("internal error: ", op, " inside a recorded window outside a host step (its key promised no read-back)");
 }
 
 }  // namespace strata::backend

@@ -5,6 +5,12 @@
 // addresses they had in the capture (a bump arena reset at every window) and uploads refill the
 // pinned buffers the graph's copy nodes read. Internal: names CUDA types.
 //
+// Host steps (Backend::begin_host_step): a window may leave stretches to the host (the expert
+// cache's handshake: the routing read back, misses resolved, the experts' ops chosen). Such a
+// window is recorded as segments, one graph per stretch between host steps; a host step runs op by
+// op after the segment before it is launched, and its allocations come from a separate step arena
+// (reset at every step), so the segments' allocations are the same in every window of the key.
+//
 // Zeroing: op by op, every in-window allocation is a memset, and the arena rewinds over released
 // temporaries. A recorded window whose allocations add up to at most kMaxFreshWindowBytes never
 // rewinds instead: each allocation is fresh memory, all of it zeroed by one memset when the graph
@@ -36,9 +42,12 @@ class WindowGraphs {
 
   void begin(uint64_t key);
   void end(bool completed);
+  // A host step inside a window (see above); outside a window nothing happens.
+  void begin_host_step();
+  void end_host_step();
   Mode mode() const { return mode_; }
   // Replaying: ops skip their launches (the graph holds them).
-  bool replaying() const { return mode_ == Mode::Replay; }
+  bool replaying() const { return mode_ == Mode::Replay && !in_step_; }
 
   // Zeroed in-window memory, or null outside a window or past the arena in an op-by-op window
   // (the caller allocates it the usual way; the arena grows at the next begin()).
@@ -64,7 +73,7 @@ class WindowGraphs {
     size_t bytes = 0;
   };
   struct Graph {
-    cudaGraphExec_t exec = nullptr;
+    std::vector<cudaGraphExec_t> segments;  // one, or one per stretch between host steps
     std::vector<Input> inputs;
     uint64_t kernels = 0;
     size_t fresh_bytes = 0;      // the window's allocations, when it never rewinds; else 0
@@ -77,6 +86,10 @@ class WindowGraphs {
 
   void drop_graphs();
   void grow_arena();
+  // Capture: ends the segment being captured and launches it. Replay: launches the next segment.
+  void finish_segment();
+  void destroy(Graph& g);
+  void* step_alloc(size_t bytes);
 
   const cuda::detail::DeviceContext& ctx_;
   Mode mode_ = Mode::Outside;
@@ -84,6 +97,12 @@ class WindowGraphs {
   Graph* graph_ = nullptr;      // the graph being captured or replayed
   Graph capturing_;
   size_t next_input_ = 0;
+  size_t next_segment_ = 0;  // replay: segments launched so far in this window
+  bool in_step_ = false;
+  // Host steps' allocations: chunks of device memory, reset at every step, grown by a chunk when
+  // one step needs more (a step's tensors stay where they are).
+  std::vector<std::pair<uint8_t*, size_t>> step_chunks_;
+  size_t step_chunk_ = 0, step_top_ = 0;
   std::unordered_map<uint64_t, Graph> graphs_;
   struct Seen {
     int eager_windows = 0;
