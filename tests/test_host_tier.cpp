@@ -102,7 +102,8 @@ TEST(HostTier, TheStartUpFillReadsRankedExpertsFirstThenExpertByExpertAndSkipsBa
   EXPECT_EQ(tier.slot_of(1, 1), Arena::kMiss);
   EXPECT_EQ(t.source->stats()->host_reads, 0u) << "start-up reads are not misses";
 
-  Tiered full = tiered(3, 16);
+  Tiered full = tiered(3, 16, true);
+  EXPECT_TRUE(full.source->wants_read_ahead());
   full.io->corrupt.insert({1, 6});
   const HostTier::Loaded loaded = full.source->load_host_tier({});
   EXPECT_EQ(loaded.records, size_t(kLayers * kExperts - 1));
@@ -115,17 +116,19 @@ TEST(HostTier, TheStartUpFillReadsRankedExpertsFirstThenExpertByExpertAndSkipsBa
       << "a window that routes to it reads it again and fails";
   full.source->end_window();
   full.io->corrupt.clear();
+  EXPECT_TRUE(full.source->wants_read_ahead()) << "(1, 6) is not in the tier";
   const size_t reads = full.io->submitted.size();
   for (int w = 0; w < 6; ++w) window(*full.source, w % kLayers, {int32_t(w % kExperts), int32_t((w + 3) % kExperts)});
   EXPECT_EQ(full.io->submitted.size(), reads + 1) << "the tier answers every miss but (1, 6), read once more";
   const CacheStats s = *full.source->stats();
   EXPECT_EQ(s.host_hits + 2, s.misses) << "(1, 6) missed twice: failed, then read";
   EXPECT_EQ(s.host_reads, 2u);
+  EXPECT_FALSE(full.source->wants_read_ahead()) << "a tier holding every record needs no guesses";
   EXPECT_NE(error_of([&] { full.source->load_host_tier(std::vector<ExpertKey>{{2, 0}}); }).find("outside the pack"),
             std::string::npos);
 }
 
-TEST(HostTier, ReadAheadFillsTheTierThenCopiesFromIt) {
+TEST(HostTier, ReadAheadReadsIntoTheTierAndNeverCopiesAhead) {
   Tiered t = tiered(3, 16, true);
   t.source->begin_window();
   t.source->layer(0, routing_of({0}, 1), [&](const ExpertGroup&) { t.source->read_ahead(1, routing_of({5}, 1)); });
@@ -140,18 +143,20 @@ TEST(HostTier, ReadAheadFillsTheTierThenCopiesFromIt) {
   EXPECT_EQ(s.read_ahead_useful_bytes, 4096u) << "the guess became a tier hit";
   EXPECT_EQ(t.io->submitted.size(), 2u);
 
-  // Evicted from the device, guessed again: now it is copied into a device slot ahead of use.
+  // Evicted from the device, guessed again: the tier holds it, so nothing is read or copied until
+  // it is used.
   for (int32_t e : {1, 2, 3}) window(*t.source, 0, {e});
   ASSERT_EQ(t.source->arena().slot_of(1, 5), Arena::kMiss);
   const int copies = t.backend->slots->tier_copies;
   t.source->begin_window();
   t.source->layer(0, routing_of({3}, 1), [&](const ExpertGroup&) { t.source->read_ahead(1, routing_of({5}, 1)); });
-  EXPECT_EQ(t.backend->slots->tier_copies, copies + 1);
-  EXPECT_NE(t.source->arena().slot_of(1, 5), Arena::kMiss);
-  const uint64_t hits = t.source->stats()->hits;
+  EXPECT_EQ(t.backend->slots->tier_copies, copies);
+  EXPECT_EQ(t.source->arena().slot_of(1, 5), Arena::kMiss);
+  const uint64_t host_hits = t.source->stats()->host_hits;
   run_layer(*t.source, 1, routing_of({5}, 1));
   t.source->end_window();
-  EXPECT_EQ(t.source->stats()->hits, hits + 1);
+  EXPECT_EQ(t.source->stats()->host_hits, host_hits + 1);
+  EXPECT_EQ(t.backend->slots->tier_copies, copies + 1);
   EXPECT_EQ(t.io->submitted.size(), 5u) << "experts 1 and 2 of layer 0 were read; 5 never again";
 }
 

@@ -74,16 +74,15 @@ int32_t HostTier::acquire(int layer, int expert, bool& was_read_ahead) {
   return t;
 }
 
-HostTier::Guess HostTier::read_ahead(int layer, int expert) {
-  int32_t t = arena_->slot_of(layer, expert);
-  if (t != Arena::kMiss) return {pending_[size_t(t)] == 0 ? t : Arena::kMiss, false};
-  t = arena_->assign(layer, expert, settle_fn_);
-  if (t == Arena::kMiss) return {};
+bool HostTier::read_ahead(int layer, int expert) {
+  if (arena_->slot_of(layer, expert) != Arena::kMiss) return false;
+  const int32_t t = arena_->assign(layer, expert, settle_fn_);
+  if (t == Arena::kMiss) return false;
   pending_[size_t(t)] = io_.submit(layer, expert, memory_->landing(t), Priority::ReadAhead);
   unseen_[size_t(t)] = 1;
   ahead_unused_[size_t(t)] = 1;
   ++counters_.reads;
-  return {Arena::kMiss, true};
+  return true;
 }
 
 void HostTier::finish(int32_t t, int layer, int expert) {

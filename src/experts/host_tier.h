@@ -44,14 +44,9 @@ class HostTier {
   // larger than the tier): the caller reads the record itself. `was_read_ahead`: the slot was
   // filled by a read-ahead guess no device miss had used yet.
   int32_t acquire(int layer, int expert, bool& was_read_ahead);
-  // A read-ahead guess of (layer, expert): `ready` is its slot when the tier holds the record
-  // with no read pending (the caller may copy it now); else a low-priority read into a slot is
-  // queued (`queued`) unless one is pending already or no slot is free.
-  struct Guess {
-    int32_t ready = Arena::kMiss;
-    bool queued = false;
-  };
-  Guess read_ahead(int layer, int expert);
+  // A read-ahead guess of (layer, expert): a low-priority read into a slot, unless the tier holds
+  // the record (or its read) already or no slot is free. Returns whether a read was queued.
+  bool read_ahead(int layer, int expert);
   // Waits for slot t's read, if one is pending, adding the wait to the stall counter. A failed read
   // drops the slot and throws, except one nobody waited for when it failed (a read-ahead, or a read
   // a failed window left behind), which is read again first: its failure may be windows old.

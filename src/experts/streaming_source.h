@@ -57,7 +57,9 @@ class StreamingSource : public ExpertSource {
   void begin_window() override;
   void end_window() override;
   void layer(int layer, const backend::Routing& routing, const GroupFn& fn) override;
-  bool wants_read_ahead() const override { return read_ahead_; }
+  // Not while a host tier holds every record: a guess could only hide a copy, which costs less
+  // than computing the guess.
+  bool wants_read_ahead() const override;
   void read_ahead(int layer, const backend::Routing& guess) override;
   std::optional<CacheStats> stats() const override;
   bool residency(int layer, std::span<uint8_t> out) const override;
