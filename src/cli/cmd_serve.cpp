@@ -156,6 +156,11 @@ void add_serve_command(CLI::App& app) {
                   "Seconds a client has to send a whole request (line, headers, body); past it, 408")
       ->capture_default_str()
       ->group(kNetwork);
+  cmd->add_option("--warmup-after", g.warmup_after_s,
+                  "Seconds idle after which a request is preceded by a one-token warm-up window (0: never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(kRequests);
   cmd->add_option("--batch", g.batch, "Prompt rows per window (with --parallel: beside the decode rows)")
       ->capture_default_str()
       ->group(kCompute);
@@ -165,7 +170,8 @@ void add_serve_command(CLI::App& app) {
   add_device_flag(cmd, opts->load.device);
   cmd->get_option("--device")->group(kCompute);
   add_expert_flags(cmd, opts->experts);
-  for (const char* flag : {"--expert-budget", "--read-ahead", "--pack"}) cmd->get_option(flag)->group(kExperts);
+  for (const char* flag : {"--expert-budget", "--read-ahead", "--pack", "--host-budget", "--host-fill"})
+    cmd->get_option(flag)->group(kExperts);
   add_spec_flags(cmd, opts->spec);
   for (const char* flag : {"--spec", "--spec-depth", "--spec-max-depth", "--spec-typical"})
     cmd->get_option(flag)->group(kSpec);

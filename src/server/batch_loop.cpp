@@ -8,8 +8,8 @@
 namespace strata::server {
 
 BatchLoop::BatchLoop(model::Model& model, const tokenizer::Tokenizer& tokenizer, int64_t n_ctx, size_t slots,
-                     int64_t row_budget)
-    : busy_(slots, false), last_used_(slots, 0), batcher_(model, row_budget) {
+                     int64_t row_budget, WarmUp* warmup)
+    : busy_(slots, false), last_used_(slots, 0), batcher_(model, row_budget), warmup_(warmup) {
   if (slots < 1) fail("--parallel: at least one sequence");
   for (size_t i = 0; i < slots; ++i)
     sessions_.push_back(std::make_unique<decode::Session>(
@@ -77,6 +77,7 @@ void BatchLoop::loop() {
       if (stopping_ && incoming_.empty() && active.empty()) return;
       arrived.swap(incoming_);
     }
+    if (warmup_ && active.empty() && !arrived.empty()) warmup_->before_request();
     for (Request* r : arrived) {
       try {
         r->run = std::make_unique<decode::SequenceRun>(*sessions_[r->slot], r->prompt, *r->params, *r->on_piece);
@@ -89,6 +90,7 @@ void BatchLoop::loop() {
     std::vector<decode::SequenceRun*> runs;
     for (Request* r : active) runs.push_back(r->run.get());
     batcher_.step(runs);
+    if (warmup_) warmup_->after_window();
     // A run may also end without rows in the window (a should_stop that fired).
     for (auto it = active.begin(); it != active.end();) {
       Request* r = *it;

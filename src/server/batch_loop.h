@@ -21,6 +21,7 @@
 #include "decode/batcher.h"
 #include "decode/generate.h"
 #include "decode/sequence_run.h"
+#include "server/warmup.h"
 
 namespace strata::server {
 
@@ -28,8 +29,9 @@ class BatchLoop {
  public:
   // `model` and `tokenizer` must outlive this; `slots` >= 1 sessions of n_ctx positions each;
   // `row_budget`: prompt rows a window takes beyond the decode rows.
+  // `warmup` (null: none) runs before the window that starts work after idle.
   BatchLoop(model::Model& model, const tokenizer::Tokenizer& tokenizer, int64_t n_ctx, size_t slots,
-            int64_t row_budget);
+            int64_t row_budget, WarmUp* warmup = nullptr);
   // Every run() must have returned (the scheduler has shut down).
   ~BatchLoop();
   BatchLoop(const BatchLoop&) = delete;
@@ -60,6 +62,7 @@ class BatchLoop {
   std::vector<uint64_t> last_used_;  // when each slot last took a request (uses_ then)
   uint64_t uses_ = 0;
   decode::Batcher batcher_;
+  WarmUp* warmup_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<Request*> incoming_;  // handed over by run(), started by the loop thread

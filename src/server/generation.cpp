@@ -77,13 +77,14 @@ Generation::Generation(decode::LoadedModel& model, Metrics& metrics, GenerationO
       limits_{options_.model_id,
               std::min<int64_t>(model.model().config().n_vocab, int64_t(model.tokenizer().size()))},
       json_vocab_(model.tokenizer()),
+      warmup_(model.model(), options_.warmup_after_s),
       session_(options_.parallel > 1
                    ? nullptr
                    : std::make_unique<decode::Session>(
                          model.model(), model.tokenizer(),
                          decode::SessionOptions{.n_ctx = model.ctx(), .snapshot_prompt = true, .spec = options_.spec})),
       batch_(options_.parallel > 1 ? std::make_unique<BatchLoop>(model.model(), model.tokenizer(), model.ctx(),
-                                                                 options_.parallel, options_.batch)
+                                                                 options_.parallel, options_.batch, &warmup_)
                                    : nullptr),
       scheduler_(options_.queue, options_.parallel) {}
 
@@ -91,6 +92,8 @@ LiveGauges Generation::gauges() const {
   LiveGauges g{scheduler_.queued(), scheduler_.capacity(), scheduler_.running(), scheduler_.workers(), {}, {}};
   for (const Job::Progress& p : scheduler_.progress()) g.sequences.push_back({p.sequence, p.tokens, p.decode_tok_per_s});
   if (const auto snap = model_.model().expert_source().snapshot()) g.expert_cache = snap->stats;
+  g.warmup_windows = warmup_.windows();
+  g.warmup_seconds = warmup_.seconds();
   return g;
 }
 
@@ -134,7 +137,16 @@ std::shared_ptr<Job> Generation::start(const std::vector<int32_t>& prompt,
         decode::GenerateResult result;
         try {
           const auto emit = [&self](const std::string& piece) { self.emit(piece); };
-          result = batch_ ? batch_->run(prompt, gen, emit) : session_->generate(prompt, gen, emit);
+          if (batch_) {
+            result = batch_->run(prompt, gen, emit);
+          } else {
+            warmup_.before_request();
+            struct Active {
+              WarmUp& warmup;
+              ~Active() { warmup.after_window(); }
+            } active{warmup_};
+            result = session_->generate(prompt, gen, emit);
+          }
         } catch (const std::exception&) {
           metrics_.count_generation({}, "error");
           throw;

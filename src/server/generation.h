@@ -31,6 +31,7 @@ struct GenerationOptions {
   int64_t batch = 512;      // prefill rows per window
   size_t parallel = 1;      // generations that share windows (1: one at a time)
   spec::Options spec;       // speculative decoding (strata serve --spec; with --parallel 1)
+  double warmup_after_s = 30;  // a warm-up window for a request after this much idle (<= 0: never)
 };
 
 // A chat request queued and started: its job, and the reader that turns its text into
@@ -81,6 +82,7 @@ class Generation {
   RequestLimits limits_;
   decode::JsonVocab json_vocab_;  // what constrained replies need about the vocabulary, once
   // One of the two: a session for one generation at a time, or the slots of --parallel N.
+  WarmUp warmup_;  // before session_ and batch_: the batch loop's thread calls it
   std::unique_ptr<decode::Session> session_;
   std::unique_ptr<BatchLoop> batch_;
   Scheduler scheduler_;  // last: its workers stop before the above go

@@ -150,6 +150,9 @@ std::string Metrics::render(const LiveGauges& live) const {
   metric(out, "strata_generation_running", "gauge", "Generations running now.", double(live.running));
   metric(out, "strata_parallel_sequences", "gauge", "Sequences that may share a window (--parallel).",
          double(live.parallel));
+  metric(out, "strata_warmup_windows_total", "counter",
+         "Warm-up windows run when a request arrived after idle (--warmup-after).", double(live.warmup_windows));
+  metric(out, "strata_warmup_seconds_total", "counter", "Time those warm-up windows took.", live.warmup_seconds);
   header(out, "strata_sequence_tokens", "gauge", "Tokens a running generation has made so far, by sequence.");
   for (const auto& s : live.sequences)
     sample(out, "strata_sequence_tokens", double(s.tokens), cat("sequence=\"", s.sequence, "\""));

@@ -30,6 +30,8 @@ struct LiveGauges {
   size_t parallel = 1;  // --parallel
   std::vector<SequenceGauge> sequences;  // the running generations
   std::optional<experts::CacheStats> expert_cache;  // the streaming expert cache's counters, if any
+  uint64_t warmup_windows = 0;  // warm-up windows run after idle (--warmup-after)
+  double warmup_seconds = 0;    // their time
 };
 
 class Metrics {
