@@ -106,6 +106,26 @@ TEST_F(WarmUpAfterIdle, RunsOnceWhenARequestComesAfterTheIdleTime) {
   EXPECT_EQ(never.windows(), 0u);
 }
 
+TEST_F(WarmUpAfterIdle, RunsOnEveryArchitecture) {
+  for (const char* arch : {"qwen3moe", "qwen3next", "qwen4exp"}) {
+    SCOPED_TRACE(arch);
+    TempDir dir;
+    synth::SynthOptions o;
+    o.arch = arch;
+    o.preset = "tiny";
+    o.output = dir.file("m.gguf");
+    o.progress = false;
+    synth::run_synth(o);
+    decode::LoadOptions load;
+    load.path = o.output;
+    load.threads = 1;
+    decode::LoadedModel m(load);
+    WarmUp w(m.model(), 1e-9);
+    w.before_request();
+    EXPECT_EQ(w.windows(), 1u) << "the window ran to its end";
+  }
+}
+
 TEST_F(WarmUpAfterIdle, ServersCountItAndRepliesDoNotChange) {
   std::string cold_reply;
   {

@@ -19,11 +19,11 @@ void WarmUp::before_request() {
     state_->reset();
     const std::array<int32_t, 1> token{0};
     model_.forward(token, *state_, model::LogitsMode::Last);
+    windows_ += 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[strata] warm-up window failed: %s\n", e.what());
   }
   last_active_ = Clock::now();
-  windows_ += 1;
   nanoseconds_ += std::chrono::duration_cast<std::chrono::nanoseconds>(last_active_ - start).count();
 }
 

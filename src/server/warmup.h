@@ -28,7 +28,7 @@ class WarmUp {
   // After a window ran: the model is busy now.
   void after_window();
 
-  uint64_t windows() const { return windows_.load(); }
+  uint64_t windows() const { return windows_.load(); }  // warm-up windows that ran to the end
   double seconds() const { return double(nanoseconds_.load()) * 1e-9; }
 
  private:
@@ -39,7 +39,7 @@ class WarmUp {
   Clock::time_point last_active_;
   std::optional<model::State> state_;  // made at the first warm-up, reused (one window key)
   std::atomic<uint64_t> windows_{0};
-  std::atomic<int64_t> nanoseconds_{0};
+  std::atomic<int64_t> nanoseconds_{0};  // failed warm-ups' time too
 };
 
 }  // namespace strata::server
