@@ -582,21 +582,40 @@ TEST(CpuOps, BlockScores) {
   expect_throws_naming([&] { be.block_scores(qt, kt, p, block, heads, 16, scale, yt); }, "block_scores");
 }
 
-// QSA's pooled block keys: the mean of each block's rows, added in row order.
+// QSA's pooled block keys: the mean of the block starting at each row's first, added in row
+// order; zeros where the first is negative.
 TEST(CpuOps, BlockMean) {
-  const int64_t blocks = 5, block = 4, cols = 24;
-  Floats x = random_floats(blocks * block * cols, 113);
+  const int64_t rows = 20, block = 4, cols = 24;
+  const std::vector<int32_t> firsts{0, -1, 13, 16, 8};
+  Floats x = random_floats(rows * cols, 113);
   CpuBackend be(1);
-  Tensor y = be.alloc(blocks, cols);
-  be.block_mean(make(be, blocks * block, cols, x), block, y);
+  Tensor xt = make(be, rows, cols, x), y = be.alloc(int64_t(firsts.size()), cols);
+  be.block_mean(xt, ids_of(be, firsts), block, y);
   const Floats got = read(be, y);
-  for (int64_t b = 0; b < blocks; ++b)
+  for (size_t b = 0; b < firsts.size(); ++b)
     for (int64_t c = 0; c < cols; ++c) {
       float sum = 0.0f;
-      for (int64_t r = 0; r < block; ++r) sum += x[size_t((b * block + r) * cols + c)];
-      ASSERT_EQ(got[size_t(b * cols + c)], sum / float(block)) << b << "," << c;
+      for (int64_t r = 0; r < block; ++r) sum += firsts[b] < 0 ? 0.0f : x[size_t((firsts[b] + r) * cols + c)];
+      ASSERT_EQ(got[b * size_t(cols) + size_t(c)], firsts[b] < 0 ? 0.0f : sum / float(block)) << b << "," << c;
     }
-  expect_throws_naming([&] { be.block_mean(make(be, 7, cols, x), block, y); }, "block_mean");
+  expect_throws_naming([&] { be.block_mean(xt, ids_of(be, {0, 17, 0, 0, 0}), block, y); },
+                       "the block at row 17 runs past the 20 rows of x");
+}
+
+// set_rows: row t to row ids[t], negative ids skipped, an id past dst named.
+TEST(CpuOps, SetRows) {
+  CpuBackend be(1);
+  const Floats src = random_floats(3 * 5, 115);
+  Tensor dst = be.alloc(6, 5);
+  be.set_rows(make(be, 3, 5, src), ids_of(be, {4, -1, 0}), dst);
+  const Floats got = read(be, dst);
+  for (int64_t c = 0; c < 5; ++c) {
+    ASSERT_EQ(got[size_t(4 * 5 + c)], src[size_t(c)]);
+    ASSERT_EQ(got[size_t(c)], src[size_t(2 * 5 + c)]);
+    for (int64_t r : {1, 2, 3, 5}) ASSERT_EQ(got[size_t(r * 5 + c)], 0.0f);
+  }
+  expect_throws_naming([&] { be.set_rows(make(be, 3, 5, src), ids_of(be, {0, 6, 1}), dst); },
+                       "row id 6 is past the 6 rows of dst");
 }
 
 // QSA's choice: the best blocks (ties to the lower block), ascending, then the tail.

@@ -453,6 +453,46 @@ TEST_P(Ops, BlockScores) {
                        "block_scores");
 }
 
+// QSA's pooled block keys at per-row block starts (negative: a row of zeros), and set_rows
+// storing rows at ids (negative: skipped): pure data movement and an in-order sum, so bitwise.
+TEST_P(Ops, BlockMeanAndSetRows) {
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t T = pick(rng, 1, 9), block = pick(rng, 1, 8), rows = block * pick(rng, 1, 12),
+                  cols = pick(rng, 1, 300);
+    std::vector<int32_t> firsts(static_cast<size_t>(T)), to(static_cast<size_t>(T));
+    for (int32_t& f : firsts) f = rng.below(3) == 0 ? -1 : int32_t(rng.below(uint32_t(rows - block + 1)));
+    // distinct destinations, some skipped
+    for (int64_t t = 0; t < T; ++t) to[size_t(t)] = rng.below(4) == 0 ? -1 : int32_t(t * 2);
+    const Floats x = normal_floats(size_t(rows * cols), draw), init = normal_floats(size_t(2 * T * cols), draw + 1);
+    auto run = [&](Backend& b, bool one_row) {
+      Tensor xt = make(b, rows, cols, x), y = b.alloc(T, cols), dst = make(b, 2 * T, cols, init);
+      b.fill(y, 7.0f);
+      const Ids f = ids_of(b, firsts), d = ids_of(b, to);
+      for (int64_t r = 0; r < (one_row ? T : 1); ++r) {
+        const int64_t first = one_row ? r : 0, n = one_row ? 1 : T;
+        b.block_mean(xt, f.rows_view(first, n), block, y.rows_view(first, n));
+        b.set_rows(y.rows_view(first, n), d.rows_view(first, n), dst);
+      }
+      Floats out = read(b, y);
+      const Floats stored = read(b, dst);
+      out.insert(out.end(), stored.begin(), stored.end());
+      return out;
+    };
+    const Floats got = run(be(), false);
+    expect_bitwise(run(be(), true), got, "block_mean + set_rows: T rows vs one-row calls");
+    expect_bitwise(got, run(ref(), false), "block_mean + set_rows vs cpu");
+    for (int64_t t = 0; t < T; ++t) {
+      if (firsts[size_t(t)] >= 0) continue;
+      for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(got[size_t(t * cols + c)], 0.0f) << "row " << t;
+    }
+  }
+  Tensor x = be().alloc(8, 4), y = be().alloc(2, 4);
+  expect_throws_naming([&] { be().block_mean(x, ids_of(be(), {0}), 4, y); }, "block_mean");
+  expect_throws_naming([&] { be().set_rows(y, ids_of(be(), {0}), x); }, "set_rows");
+  expect_throws_naming([&] { be().set_rows(y, ids_of(be(), {0, 1}), be().alloc(4, 3)); }, "set_rows");
+}
+
 TEST_P(Ops, Conv1dCarriesState) {
   for (uint64_t draw : kDraws) {
     Rng rng(draw);

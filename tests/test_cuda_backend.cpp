@@ -176,16 +176,19 @@ TEST(CudaBackend, BlockMeanMatchesTheModelsHostLoop) {
   const int64_t B = 4, nb = 7, di = 64;
   const Floats raw = normal_floats(size_t(nb * B * di), 4);
   Floats want(size_t(nb * di));
-  for (int64_t b = 0; b < nb; ++b)  // model/qsa.cpp update_blocks()
+  std::vector<int32_t> firsts;
+  for (int64_t b = 0; b < nb; ++b) {  // model/qsa.cpp update_blocks(): one block per row
+    firsts.push_back(b == 3 ? -1 : int32_t(b * B));
     for (int64_t j = 0; j < di; ++j) {
       float sum = 0.0f;
       for (int64_t r = 0; r < B; ++r) sum += raw[size_t((b * B + r) * di + j)];
-      want[size_t(b * di + j)] = sum / float(B);
+      want[size_t(b * di + j)] = b == 3 ? 0.0f : sum / float(B);
     }
+  }
   Tensor x = make(be, nb * B, di, raw), y = be.alloc(nb, di);
-  be.block_mean(x, B, y);
+  be.block_mean(x, ids_of(be, firsts), B, y);
   expect_bitwise(read(be, y), want, "block_mean");
-  expect_throws_naming([&] { be.block_mean(x.rows_view(0, 5), B, y.rows_view(0, 2)); }, "block_mean");
+  expect_throws_naming([&] { be.block_mean(x, ids_of(be, {0}), B, y.rows_view(0, 2)); }, "block_mean");
 }
 
 // model/qsa.cpp select_positions() for one row.

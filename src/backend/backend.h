@@ -183,6 +183,9 @@ class Backend {
   virtual void download(const Tensor& src, float* host) = 0;
   virtual void fill(Tensor t, float value) = 0;
   virtual void copy(const Tensor& src, Tensor dst) = 0;
+  // dst row rows[t] = src row t; a negative id skips its row. Writes at positions the window
+  // carries as values (a recorded window replays at any position).
+  virtual void set_rows(const Tensor& src, const Ids& rows, Tensor dst) = 0;
   virtual Ids alloc_ids(int64_t rows, int64_t cols) = 0;  // zeroed
   virtual void release_ids(Ids t) = 0;
   virtual void upload_ids(const int32_t* host, Ids dst) = 0;
@@ -267,9 +270,10 @@ class Backend {
   virtual void block_scores(const Tensor& q, const Tensor& keys, const Ids& positions,
                             int64_t block, int64_t n_head, int64_t head_dim, float scale,
                             Tensor y) = 0;
-  // y[b] = (sum of x's rows b*block .. b*block + block - 1, added in row order) / block: QSA's
-  // pooled block keys.
-  virtual void block_mean(const Tensor& x, int64_t block, Tensor y) = 0;
+  // y[t] = (sum of x's rows firsts[t] .. firsts[t] + block - 1, added in row order) / block: QSA's
+  // pooled block keys, one per window row; a negative first gives a row of zeros (the window row
+  // completes no block).
+  virtual void block_mean(const Tensor& x, const Ids& firsts, int64_t block, Tensor y) = 0;
   // QSA's choice per row r at position p: the best min(top_blocks, (p + 1) / block) complete
   // blocks by scores[r] (ties: the lower block), ascending, each as its block positions, then the
   // incomplete tail (p + 1) / block * block .. p. Written to selected[r, 0 .. counts[r]);

@@ -26,15 +26,15 @@ struct KeyPart {
 // window of several sequences runs the same ops whenever the same states share it in the same
 // order with the same rows), and whether its MoE layers take host steps (their ops are the host's
 // choice, outside the key's promise). 0 (no recording) where the sequence of ops outside host steps
-// depends on more than that: dumps read activations back mid-window, and qwen4exp's QSA completes
-// blocks and grows its score width with the position.
-uint64_t window_key(const ModelConfig& c, std::span<const KeyPart> parts, bool host_reads, bool host_steps) {
-  if (host_reads || c.arch == Arch::Qwen4Exp) return 0;
+// depends on more than that: dumps read activations back mid-window. (Positions never enter the
+// key: every op takes them as uploaded values, qwen4exp's QSA included, model/qsa.cpp.)
+uint64_t window_key(std::span<const KeyPart> parts, bool host_reads, bool host_steps) {
+  if (host_reads) return 0;
   uint64_t h = mix(mix(0xcbf29ce484222325ull, uint64_t(parts.size())), host_steps ? 1 : 0);
   for (const KeyPart& p : parts) {
     h = mix(mix(h, uint64_t(p.rows)), uint64_t(p.mode));
     for (const LayerState& l : p.state->layers)
-      for (const Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm})
+      for (const Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm, &l.ple_conv, &l.idx_k, &l.idx_blocks})
         h = mix(h, uint64_t(reinterpret_cast<uintptr_t>(t->data)));
   }
   return h == 0 ? 1 : h;
@@ -114,7 +114,7 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
     ~BackendWindow() {
       if (open) be.end_window(false);
     }
-  } backend_window(backend_, window_key(c, std::span(&part, 1), host_reads, host_steps(route_ != nullptr, *experts_)));
+  } backend_window(backend_, window_key(std::span(&part, 1), host_reads, host_steps(route_ != nullptr, *experts_)));
   // The window's scratch lives inside the recording: its allocations repeat with its ops.
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
   w.route = route_.get();
@@ -213,7 +213,7 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
     ~BackendWindow() {
       if (open) be.end_window(false);
     }
-  } backend_window(backend_, window_key(c, key_parts, dump_ != nullptr, host_steps(route_ != nullptr, *experts_)));
+  } backend_window(backend_, window_key(key_parts, dump_ != nullptr, host_steps(route_ != nullptr, *experts_)));
   Window w{backend_, c, weights_, *experts_, *sequences[0].state, std::move(pos), tokens, T, renormalize_topk_, dump_,
            Scratch(backend_)};
   w.route = route_.get();

@@ -9,7 +9,10 @@
 //
 // Everything runs on the backend: pooling a completed block's keys (block_mean), scoring the
 // blocks (block_scores), the top-k choice (qsa_select) and the restricted attention
-// (attention_selected); the host only knows which blocks a window completes (from positions).
+// (attention_selected). Each op has the same shape at every position, the positions entering as
+// uploaded values, so a recorded window replays anywhere in the sequence: a window pools one
+// candidate block key per row (zeros for a row that completes no block) and stores only the
+// completed ones, and the scores span every block the cache has room for.
 #include <algorithm>
 #include <cmath>
 
@@ -21,19 +24,20 @@ namespace {
 
 // Block keys of the blocks this window completes, into st.idx_blocks (the reference recomputes
 // them per query from the raw keys it caches; they do not change once a block is complete).
+// Row t at position p completes block (p + 1) / B - 1 when p + 1 is a multiple of B.
 void update_blocks(Window& w, const LayerWeights& L, LayerState& st) {
-  const int64_t B = w.c.idx_block, di = w.c.idx_head_dim, n_past = w.pos.front();
-  const int64_t first = n_past / B, last = (n_past + w.T) / B;  // new blocks: [first, last)
-  if (last == first) return;
-  const int64_t nb = last - first;
-  Tensor keys = w.tmp(nb, di);
-  w.be.block_mean(st.idx_k.rows_view(first * B, nb * B), B, keys);  // key_groups.float().mean(dim=1)
+  const int64_t B = w.c.idx_block, di = w.c.idx_head_dim;
+  std::vector<int32_t> starts(size_t(w.T), -1), blocks(size_t(w.T), -1);  // -1: completes none
+  for (int64_t t = 0; t < w.T; ++t) {
+    const int64_t end = w.pos[size_t(t)] + 1;
+    if (end % B == 0) starts[size_t(t)] = int32_t(end - B), blocks[size_t(t)] = int32_t(end / B - 1);
+  }
+  const backend::Ids start_ids = w.tmp.ids(starts, w.T, 1);
+  Tensor keys = w.tmp(w.T, di);
+  w.be.block_mean(st.idx_k, start_ids, B, keys);  // key_groups.float().mean(dim=1)
   w.be.rms_norm(keys, &L.indexer_k_norm, di, float(w.c.rms_eps), keys);  // k_layernorm(pooled_keys)
-  std::vector<int32_t> starts(static_cast<size_t>(nb));
-  for (int64_t b = 0; b < nb; ++b) starts[size_t(b)] = int32_t((first + b) * B);
-  w.be.rope_neox(keys, w.tmp.ids(starts, nb, 1), di, w.c.rope_dim,
-                 float(w.c.rope_theta));  // rope at group_starts
-  w.be.copy(keys, st.idx_blocks.rows_view(first, nb));
+  w.be.rope_neox(keys, start_ids, di, w.c.rope_dim, float(w.c.rope_theta));  // rope at group_starts
+  w.be.set_rows(keys, w.tmp.ids(blocks, w.T, 1), st.idx_blocks);
 }
 
 // The positions each window row attends to, ascending: row t's are selected[t, 0 .. counts[t]).
@@ -44,12 +48,11 @@ struct Selection {
 Selection select_positions(Window& w, const LayerState& st, const Tensor& iq) {
   const ModelConfig& c = w.c;
   const int64_t B = c.idx_block, top = c.idx_top_k / B;
-  const int64_t blocks = (w.pos.back() + 1) / B;  // complete blocks the last row sees
   // scores = relu(q . block_key_states^T).sum over heads / sqrt(index_head_dim), complete blocks
-  Tensor scores = w.tmp(w.T, std::max<int64_t>(blocks, 1));
-  if (blocks > 0)
-    w.be.block_scores(iq, st.idx_blocks.rows_view(0, blocks), w.positions, B, c.idx_heads,
-                      c.idx_head_dim, 1.0f / std::sqrt(float(c.idx_head_dim)), scores);
+  // (row t sees (p_t + 1) / B of them; the columns past that are zeros nobody reads)
+  Tensor scores = w.tmp(w.T, std::max<int64_t>(st.idx_blocks.rows, 1));
+  w.be.block_scores(iq, st.idx_blocks, w.positions, B, c.idx_heads, c.idx_head_dim,
+                    1.0f / std::sqrt(float(c.idx_head_dim)), scores);
   // scores.topk(min(block_topk, blocks)), expanded to positions, plus the incomplete tail
   Selection out{w.tmp.ids(w.T, top * B + B - 1), w.tmp.ids(w.T, 1)};
   w.be.qsa_select(scores, w.positions, B, top, out.selected, out.counts);
@@ -73,7 +76,7 @@ Tensor sparse_attention(Window& w, int64_t il, const Tensor& x) {
   be.rms_norm(iq, &L.indexer_q_norm, di, eps, iq);
   be.rope_neox(iq, w.positions, di, c.rope_dim, theta);
   be.matmul(L.indexer_k_proj, x, ik);
-  be.copy(ik, st.idx_k.rows_view(w.pos.front(), w.T));  // past_key_values.update_indexer
+  be.set_rows(ik, w.positions, st.idx_k);  // past_key_values.update_indexer
   update_blocks(w, L, st);
   const Selection sel = select_positions(w, st, iq);
 

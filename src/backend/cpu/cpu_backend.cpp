@@ -107,6 +107,9 @@ void CpuBackend::download(const Tensor& src, float* host) {
 
 void CpuBackend::fill(Tensor t, float value) { cpu::fill(t, value); }
 void CpuBackend::copy(const Tensor& src, Tensor dst) { cpu::copy(src, dst); }
+void CpuBackend::set_rows(const Tensor& src, const Ids& rows, Tensor dst) {
+  cpu::set_rows(src, values(rows), dst);
+}
 
 Weight CpuBackend::weight(const gguf::TensorInfo& tensor, int64_t slice) {
   const size_t dims = tensor.shape.size();
@@ -182,8 +185,8 @@ void CpuBackend::block_scores(const Tensor& q, const Tensor& keys, const Ids& po
                               Tensor y) {
   cpu::block_scores(pool_, q, keys, values(positions), block, n_head, head_dim, scale, y);
 }
-void CpuBackend::block_mean(const Tensor& x, int64_t block, Tensor y) {
-  cpu::block_mean(x, block, y);
+void CpuBackend::block_mean(const Tensor& x, const Ids& firsts, int64_t block, Tensor y) {
+  cpu::block_mean(x, values(firsts), block, y);
 }
 void CpuBackend::qsa_select(const Tensor& scores, const Ids& positions, int64_t block,
                             int64_t top_blocks, Ids selected, Ids counts) {

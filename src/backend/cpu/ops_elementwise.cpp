@@ -23,6 +23,21 @@ void copy(const Tensor& src, Tensor dst) {
     std::memmove(dst.data + r * dst.stride, src.data + r * src.stride, size_t(src.cols) * 4);
 }
 
+void set_rows(const Tensor& src, std::span<const int32_t> rows, Tensor dst) {
+  constexpr const char* op = "set_rows";
+  check_tensor(op, "src", src);
+  check_tensor(op, "dst", dst);
+  require(src.cols == dst.cols && int64_t(rows.size()) == src.rows, op, "src ", shape(src), ", ",
+          rows.size(), " row ids and dst ", shape(dst), " do not fit");
+  for (int32_t r : rows)
+    require(r < dst.rows, op, "row id ", r, " is past the ", dst.rows, " rows of dst");
+  check_no_overlap(op, "src", src, "dst", dst);
+  for (int64_t t = 0; t < src.rows; ++t)
+    if (rows[size_t(t)] >= 0)
+      std::memcpy(dst.data + rows[size_t(t)] * dst.stride, src.data + t * src.stride,
+                  size_t(src.cols) * sizeof(float));
+}
+
 void add(const Tensor& a, const Tensor& b, Tensor y) {
   constexpr const char* op = "add";
   check_tensor(op, "a", a);

@@ -10,6 +10,8 @@ namespace strata::cpu {
 
 void fill(Tensor t, float value);
 void copy(const Tensor& src, Tensor dst);
+// dst row rows[t] = src row t; negative ids skip their row.
+void set_rows(const Tensor& src, std::span<const int32_t> rows, Tensor dst);
 void add(const Tensor& a, const Tensor& b, Tensor y);
 void scale(const Tensor& x, float s, Tensor y);
 // y = x * sigmoid(gate), sigmoid(g) = 1 / (1 + e^-g); a one-column gate scales whole rows.

@@ -8,19 +8,24 @@
 
 namespace strata::cpu {
 
-void block_mean(const Tensor& x, int64_t block, Tensor y) {
+void block_mean(const Tensor& x, std::span<const int32_t> firsts, int64_t block, Tensor y) {
   constexpr const char* op = "block_mean";
   check_tensor(op, "x", x);
   check_tensor(op, "y", y);
-  require(block > 0 && x.rows == y.rows * block && x.cols == y.cols, op, "x ", shape(x),
-          " is not ", y.rows, " blocks of ", block, " rows of y ", shape(y));
+  require(block > 0 && x.cols == y.cols && int64_t(firsts.size()) == y.rows, op, "x ", shape(x),
+          ", ", firsts.size(), " block starts and y ", shape(y), " do not fit blocks of ", block);
+  for (int32_t f : firsts)
+    require(f < 0 || f + block <= x.rows, op, "the block at row ", f, " runs past the ", x.rows,
+            " rows of x");
   check_no_overlap(op, "x", x, "y", y);
-  for (int64_t b = 0; b < y.rows; ++b)
+  for (int64_t b = 0; b < y.rows; ++b) {
+    const int64_t first = firsts[size_t(b)];
     for (int64_t c = 0; c < y.cols; ++c) {
       float sum = 0.0f;
-      for (int64_t r = 0; r < block; ++r) sum += row_at(x, b * block + r, c);
-      y.data[b * y.stride + c] = sum / float(block);
+      for (int64_t r = 0; first >= 0 && r < block; ++r) sum += row_at(x, first + r, c);
+      y.data[b * y.stride + c] = first >= 0 ? sum / float(block) : 0.0f;
     }
+  }
 }
 
 void block_scores(ThreadPool& pool, const Tensor& q, const Tensor& keys,

@@ -8,9 +8,9 @@
 
 namespace strata::cpu {
 
-// y[b] = (x[b*block] + x[b*block + 1] + ... + x[b*block + block - 1]) / block, rows added in
-// order. x: [y.rows * block, C].
-void block_mean(const Tensor& x, int64_t block, Tensor y);
+// y[t] = (x[f] + x[f + 1] + ... + x[f + block - 1]) / block with f = firsts[t], rows added in
+// order; zeros where f < 0. x: [>= f + block, C].
+void block_mean(const Tensor& x, std::span<const int32_t> firsts, int64_t block, Tensor y);
 
 // y[r, b] = scale * sum over heads h of max(0, dot(q[r, h], keys[b])) for b < (positions[r] + 1)
 // / block (dots in the lane order of ops_vec.h, heads summed in order), 0 past it.

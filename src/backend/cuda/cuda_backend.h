@@ -211,6 +211,7 @@ class CudaBackend : public Backend {
   void download(const Tensor& src, float* host) override;
   void fill(Tensor t, float value) override;
   void copy(const Tensor& src, Tensor dst) override;
+  void set_rows(const Tensor& src, const Ids& rows, Tensor dst) override;
   Ids alloc_ids(int64_t rows, int64_t cols) override;
   void release_ids(Ids t) override;
   void upload_ids(const int32_t* host, Ids dst) override;
@@ -252,7 +253,7 @@ class CudaBackend : public Backend {
                           int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) override;
   void block_scores(const Tensor& q, const Tensor& keys, const Ids& positions, int64_t block,
                     int64_t n_head, int64_t head_dim, float scale, Tensor y) override;
-  void block_mean(const Tensor& x, int64_t block, Tensor y) override;
+  void block_mean(const Tensor& x, const Ids& firsts, int64_t block, Tensor y) override;
   void qsa_select(const Tensor& scores, const Ids& positions, int64_t block, int64_t top_blocks,
                   Ids selected, Ids counts) override;
   void conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Tensor y) override;

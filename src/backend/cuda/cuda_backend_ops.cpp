@@ -228,6 +228,18 @@ const float* CudaBackend::Impl::rope_inv_freq(float theta, int64_t rope_dim) {
       .first->second.as<float>();
 }
 
+void CudaBackend::set_rows(const Tensor& src, const Ids& rows, Tensor dst) {
+  constexpr const char* op = "set_rows";
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  check_tensor(op, "src", src);
+  check_tensor(op, "dst", dst);
+  require(src.cols == dst.cols, op, "src ", shape(src), " and dst ", shape(dst), " differ in width");
+  check_row_ids(op, "rows", rows, src.rows);
+  check_no_overlap(op, "src", src, "dst", dst);
+  detail::launch_set_rows(impl_->ctx, src, rows.data, dst);
+}
+
 void CudaBackend::kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, const Tensor& v,
                            const Ids& positions) {
   constexpr const char* op = "kv_write";
@@ -328,16 +340,17 @@ void CudaBackend::block_scores(const Tensor& q, const Tensor& keys, const Ids& p
                               head_dim, scale, y);
 }
 
-void CudaBackend::block_mean(const Tensor& x, int64_t block, Tensor y) {
+void CudaBackend::block_mean(const Tensor& x, const Ids& firsts, int64_t block, Tensor y) {
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
   constexpr const char* op = "block_mean";
   check_tensor(op, "x", x);
   check_tensor(op, "y", y);
-  require(block > 0 && x.rows == y.rows * block && x.cols == y.cols, op, "x ", shape(x),
-          " is not ", y.rows, " blocks of ", block, " rows of y ", shape(y));
+  require(block > 0 && x.cols == y.cols, op, "x ", shape(x), " and y ", shape(y),
+          " do not fit blocks of ", block);
+  check_row_ids(op, "firsts", firsts, y.rows);
   check_no_overlap(op, "x", x, "y", y);
-  detail::launch_block_mean(impl_->ctx, x, block, y);
+  detail::launch_block_mean(impl_->ctx, x, firsts.data, block, y);
 }
 
 void CudaBackend::qsa_select(const Tensor& scores, const Ids& positions, int64_t block,

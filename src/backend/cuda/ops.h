@@ -44,6 +44,8 @@ size_t weight_alignment(quant::Type t);
 void launch_fill(const DeviceContext& ctx, Tensor t, float value);
 // dst = src (shapes equal; src and dst do not overlap).
 void launch_copy(const DeviceContext& ctx, const Tensor& src, Tensor dst);
+// dst row rows[t] = src row t; ids outside dst's rows (negative ones included) skip their row.
+void launch_set_rows(const DeviceContext& ctx, const Tensor& src, const int32_t* rows, Tensor dst);
 void launch_add(const DeviceContext& ctx, const Tensor& a, const Tensor& b, Tensor y);
 void launch_scale(const DeviceContext& ctx, const Tensor& x, float s, Tensor y);
 // gate: x's shape, or one column (per_row).
@@ -110,7 +112,9 @@ void launch_block_scores(const DeviceContext& ctx, const Tensor& q, const Tensor
 
 // ops_qsa.cu --------------------------------------------------------------------------------------
 
-void launch_block_mean(const DeviceContext& ctx, const Tensor& x, int64_t block, Tensor y);
+// A first outside 0 .. x.rows - block (negative ones included) gives zeros.
+void launch_block_mean(const DeviceContext& ctx, const Tensor& x, const int32_t* firsts,
+                       int64_t block, Tensor y);
 // rows = scores.rows; selected rows are sel_cols apart; counts one per row.
 void launch_qsa_select(const DeviceContext& ctx, const Tensor& scores, const int32_t* positions,
                        int64_t block, int64_t top_blocks, int32_t* selected, int64_t sel_cols,

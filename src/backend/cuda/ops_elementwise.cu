@@ -40,6 +40,15 @@ __global__ void copy_kernel(Mat src, Mat dst, int64_t rows) {
   for_elements(rows, src.cols, [&](int64_t r, int64_t c) { dst.at(r, c) = src.at(r, c); });
 }
 
+__global__ void set_rows_kernel(Mat src, const int32_t* __restrict__ ids, Mat dst, int64_t rows,
+                                int64_t dst_rows) {
+  await_previous_kernel();
+  for_elements(rows, src.cols, [&](int64_t r, int64_t c) {
+    const int64_t to = ids[r];
+    if (to >= 0 && to < dst_rows) dst.at(to, c) = src.at(r, c);
+  });
+}
+
 __global__ void add_kernel(Mat a, Mat b, Mat y, int64_t rows) {
   await_previous_kernel();
   for_elements(rows, a.cols,
@@ -105,6 +114,13 @@ void launch_copy(const DeviceContext& ctx, const Tensor& src, Tensor dst) {
   if (empty(src)) return;
   launch_kernel(copy_kernel, grid(ctx, src), kThreads, 0, ctx.stream, mat(src), mat(dst), src.rows);
   STRATA_CUDA_CHECK_LAUNCH("copy_kernel");
+}
+
+void launch_set_rows(const DeviceContext& ctx, const Tensor& src, const int32_t* rows, Tensor dst) {
+  if (empty(src)) return;
+  launch_kernel(set_rows_kernel, grid(ctx, src), kThreads, 0, ctx.stream, mat(src), rows, mat(dst),
+                src.rows, dst.rows);
+  STRATA_CUDA_CHECK_LAUNCH("set_rows_kernel");
 }
 
 void launch_add(const DeviceContext& ctx, const Tensor& a, const Tensor& b, Tensor y) {

@@ -15,16 +15,20 @@ namespace strata::cuda::detail {
 
 namespace {
 
-__global__ void block_mean_kernel(const float* __restrict__ x, int64_t x_stride, int64_t block,
-                                  int64_t rows, int64_t cols, float* __restrict__ y,
-                                  int64_t y_stride) {
+__global__ void block_mean_kernel(const float* __restrict__ x, int64_t x_stride, int64_t x_rows,
+                                  const int32_t* __restrict__ firsts, int64_t block, int64_t rows,
+                                  int64_t cols, float* __restrict__ y, int64_t y_stride) {
   await_previous_kernel();
   const int64_t n = rows * cols;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t b = u / cols, c = u % cols;
+    const int64_t b = u / cols, c = u % cols, first = firsts[b];
+    if (first < 0 || first + block > x_rows) {
+      y[b * y_stride + c] = 0.0f;
+      continue;
+    }
     float sum = 0.0f;
-    for (int64_t r = 0; r < block; ++r) sum = __fadd_rn(sum, x[(b * block + r) * x_stride + c]);
+    for (int64_t r = 0; r < block; ++r) sum = __fadd_rn(sum, x[(first + r) * x_stride + c]);
     y[b * y_stride + c] = __fdiv_rn(sum, float(block));
   }
 }
@@ -111,10 +115,12 @@ __global__ void __launch_bounds__(kSelectThreads)
 
 }  // namespace
 
-void launch_block_mean(const DeviceContext& ctx, const Tensor& x, int64_t block, Tensor y) {
+void launch_block_mean(const DeviceContext& ctx, const Tensor& x, const int32_t* firsts,
+                       int64_t block, Tensor y) {
   if (y.rows == 0 || y.cols == 0) return;
   launch_kernel(block_mean_kernel, grid_for(y.rows * y.cols, 256, ctx.limits.max_blocks), 256, 0,
-                ctx.stream, x.data, x.stride, block, y.rows, y.cols, y.data, y.stride);
+                ctx.stream, x.data, x.stride, x.rows, firsts, block, y.rows, y.cols, y.data,
+                y.stride);
   STRATA_CUDA_CHECK_LAUNCH("block_mean_kernel");
 }
 
