@@ -7,7 +7,8 @@
 #include <poll.h>
 
 #include <chrono>
-#include <memory>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,7 +18,6 @@
 #include "decode/generate.h"
 #include "decode/json_schema.h"
 #include "decode/loaded_model.h"
-#include "gguf_test_util.h"
 #include "server/server.h"
 #include "test_server_util.h"
 #include "tokenizer/vocab.h"
@@ -25,74 +25,32 @@
 namespace strata::server {
 namespace {
 
-using gguf::testing::TempDir;
 using nlohmann::json;
 using testing::RawClient;
 
-class ServerLoopback : public ::testing::Test {
+class ServerLoopback : public testing::TinyModelSuite<ServerLoopback> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir;
-    decode::LoadOptions load;
-    load.path = testing::synth_tiny(*dir_);
-    load.threads = 1;
-    load.ctx = 4096;
-    model_ = new decode::LoadedModel(load);
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete dir_;
-  }
-  void TearDown() override { stop(); }
+  static void SetUpTestSuite() { load_tiny_model(4096); }
 
-  void start(ServerOptions o = {}) {
-    o.port = 0;
-    server_ = std::make_unique<Server>(*model_, o);
-    port_ = server_->bind();
-    thread_ = std::thread([this] { server_->run(); });
-  }
-  void stop() {
-    if (!server_) return;
-    server_->stop();
-    thread_.join();
-    server_.reset();
-  }
+  // Each test starts the server with the options it tests.
+  void start(ServerOptions o = {}) { server_.emplace(*model_, o); }
+  int port() const { return server_->port(); }
 
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60);
-    return c;
-  }
+  httplib::Client client() const { return testing::loopback_client(port()); }
   httplib::Result post(const std::string& path, const std::string& body) const {
-    return client().Post(path.c_str(), body, "application/json");
+    return testing::post_json(port(), path, body);
   }
   httplib::Result get(const std::string& path) const { return client().Get(path.c_str()); }
 
-  std::map<std::string, double> metrics() const {
-    auto res = get("/metrics");
-    EXPECT_TRUE(res && res->status == 200);
-    std::map<std::string, double> m;
-    EXPECT_TRUE(testing::parse_prometheus(res ? res->body : "", m)) << (res ? res->body : "");
-    return m;
-  }
-  // Polls /metrics until `name` reaches `value` (60 s at most: a bound, not a timing claim).
+  std::map<std::string, double> metrics() const { return testing::scrape_metrics(port()); }
   bool await_metric(const std::string& name, double value) const {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < until) {
-      const auto m = metrics();
-      if (auto it = m.find(name); it != m.end() && it->second == value) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return false;
+    return testing::await_metric(port(), name, value);
   }
 
-  // logit_bias that bans every end-of-generation token: the reply runs to max_tokens.
+  // The "logit_bias" member of a request, banning every end-of-generation token: the reply runs
+  // to max_tokens.
   static std::string no_end_tokens() {
-    const auto& vocab = model_->tokenizer().vocab();
-    json bias = json::object();
-    for (const auto& id : {vocab.eos, vocab.find("<|im_end|>"), vocab.find("<|endoftext|>")})
-      if (id) bias[std::to_string(*id)] = -100;
-    return "\"logit_bias\":" + bias.dump();
+    return "\"logit_bias\":" + testing::no_end_token_bias(*model_).dump();
   }
   // A streamed completion long enough that the test acts while it runs.
   static std::string long_completion() {
@@ -111,21 +69,14 @@ class ServerLoopback : public ::testing::Test {
     p.max_tokens = max_tokens;
     auto result = session.generate(prompt, p, {});
     if (out) *out = result;
-    return json::parse(json(result.text).dump(-1, ' ', false, json::error_handler_t::replace))
-        .get<std::string>();
+    return testing::as_json_text(result.text);
   }
 
   // Sends `bytes` on a new connection, closes its sending side and returns all the server wrote
   // until it closed.
   std::string send_raw(const std::string& bytes) const {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(uint16_t(port_));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return "(no connection)";
-    timeval tv{60, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const int fd = testing::connect_loopback(port());
+    if (fd < 0) return "(no connection)";
     ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     ::shutdown(fd, SHUT_WR);
     std::string out;
@@ -146,11 +97,7 @@ class ServerLoopback : public ::testing::Test {
     EXPECT_EQ(body["error"]["code"], code) << res->body;
   }
 
-  static inline TempDir* dir_ = nullptr;
-  static inline decode::LoadedModel* model_ = nullptr;
-  std::unique_ptr<Server> server_;
-  std::thread thread_;
-  int port_ = 0;
+  std::optional<testing::RunningServer> server_;
 };
 
 const json kMessages = json::array({{{"role", "system"}, {"content", "Be brief."}},
@@ -377,7 +324,7 @@ TEST_F(ServerLoopback, ApiKeyGuardsTheApi) {
   // Near misses: a prefix, the key plus a byte, one byte changed at either end, another scheme.
   for (const std::string header : {"Bearer sekri", "Bearer sekritt", "Bearer sekriT",
                                    "Bearer Sekrit", "Basic sekrit", "sekrit", "Bearer  sekrit"}) {
-    httplib::Client raw("127.0.0.1", port_);
+    httplib::Client raw = testing::loopback_client(port());
     expect_error(raw.Get("/v1/models", {{"Authorization", header}}), 401, "invalid_api_key");
   }
 }
@@ -392,12 +339,8 @@ TEST_F(ServerLoopback, SlowClientsGetA408) {
   const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                            "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n";
   for (const bool in_body : {true, false}) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(uint16_t(port_));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const int fd = testing::connect_loopback(port());
+    ASSERT_GE(fd, 0);
     if (in_body) {
       ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), ssize_t(head.size()));
     }
@@ -416,9 +359,7 @@ TEST_F(ServerLoopback, SlowClientsGetA408) {
       }
     }
     // The answer has begun: stop sending and read the rest (the body may come in a later
-    // segment) until the server closes (60 s at most: a bound, not a timing claim).
-    timeval tv{60, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    // segment) until the server closes (each read bounded by the connection's 60 s).
     char buf[4096];
     for (ssize_t n; !received.empty() && (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
       received.append(buf, size_t(n));
@@ -440,17 +381,11 @@ TEST_F(ServerLoopback, SlowClientsGetA408) {
 // dropped the request unanswered: the flake hunt saw node's fetch fail so.)
 TEST_F(ServerLoopback, ANewConnectionMayTakeMoreThanTheKeepAliveToSendItsRequest) {
   start();
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(port_));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const int fd = testing::connect_loopback(port());
+  ASSERT_GE(fd, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the 1 s keep-alive
   const std::string request = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
   ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), ssize_t(request.size()));
-  timeval tv{60, 0};  // a bound on a hang, not a timing claim
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   std::string received;
   char buf[4096];
   for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) received.append(buf, size_t(n));
@@ -577,7 +512,7 @@ TEST_F(ServerLoopback, SecondTurnReusesThePromptCache) {
 TEST_F(ServerLoopback, AClientThatHangsUpCancelsItsGeneration) {
   start();
   {
-    RawClient stream(port_, "POST", "/v1/completions", long_completion(),
+    RawClient stream(port(), "POST", "/v1/completions", long_completion(),
                      "Accept-Encoding: gzip, deflate, br\r\n");
     ASSERT_TRUE(stream.read_until("data: ", 3)) << stream.received();
     EXPECT_EQ(stream.received().find("Content-Encoding"), std::string::npos)
@@ -591,7 +526,7 @@ TEST_F(ServerLoopback, AFullQueueAnswers429) {
   ServerOptions o;
   o.generation.queue = 1;
   start(o);
-  RawClient running(port_, "POST", "/v1/completions", long_completion());
+  RawClient running(port(), "POST", "/v1/completions", long_completion());
   ASSERT_TRUE(running.read_until("data: ", 2));
   int queued_status = 0;
   std::thread queued([&] {
@@ -623,9 +558,9 @@ TEST_F(ServerLoopback, TheTimeLimitEndsALongGeneration) {
 
 TEST_F(ServerLoopback, ShutdownEndsTheRunningStreamCleanly) {
   start();
-  RawClient stream(port_, "POST", "/v1/completions", long_completion());
+  RawClient stream(port(), "POST", "/v1/completions", long_completion());
   ASSERT_TRUE(stream.read_until("data: ", 2));
-  stop();
+  server_->stop();
   const std::string& all = stream.read_all();
   bool done = false;
   const auto events = testing::sse_events(all.substr(all.find("\r\n\r\n")), &done);

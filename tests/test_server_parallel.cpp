@@ -9,10 +9,6 @@
 #include <httplib.h>
 
 #include <algorithm>
-#include <chrono>
-#include <functional>
-#include <map>
-#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,78 +24,32 @@
 namespace strata::server {
 namespace {
 
-using gguf::testing::TempDir;
 using nlohmann::json;
 using testing::RawClient;
 
-class ServerParallel : public ::testing::Test {
+class ServerParallel : public testing::TinyModelSuite<ServerParallel> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir;
-    decode::LoadOptions load;
-    load.path = testing::synth_tiny(*dir_);
-    load.threads = 1;
-    load.ctx = 2048;
-    model_ = new decode::LoadedModel(load);
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete dir_;
-  }
+  static void SetUpTestSuite() { load_tiny_model(2048); }
 
-  struct Running {
-    std::unique_ptr<Server> server;
-    std::thread thread;
-    int port = 0;
-    ~Running() {
-      if (!server) return;
-      server->stop();
-      thread.join();
-    }
-  };
-  static std::unique_ptr<Running> start(size_t parallel, size_t queue = 8, decode::LoadedModel* model = nullptr) {
-    auto r = std::make_unique<Running>();
+  static testing::RunningServer start(size_t parallel, size_t queue = 8, decode::LoadedModel* model = nullptr) {
     ServerOptions o;
-    o.port = 0;
     o.generation.parallel = parallel;
     o.generation.queue = queue;
     o.generation.batch = 16;  // a long prompt takes several windows beside the others' decode rows
-    r->server = std::make_unique<Server>(model ? *model : *model_, o);
-    r->port = r->server->bind();
-    r->thread = std::thread([s = r->server.get()] { s->run(); });
-    return r;
+    return testing::RunningServer(model ? *model : *model_, o);
   }
 
+  // Twice the usual read bound: a request here may queue and shares its windows with others.
   static httplib::Result post(int port, const std::string& path, const std::string& body) {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(120);
-    return c.Post(path.c_str(), body, "application/json");
-  }
-  static std::map<std::string, double> metrics(int port) {
-    httplib::Client c("127.0.0.1", port);
-    auto res = c.Get("/metrics");
-    std::map<std::string, double> m;
-    EXPECT_TRUE(res && testing::parse_prometheus(res->body, m));
-    return m;
-  }
-  // Polls /metrics until `name` satisfies `ok` (60 s at most: a bound, not a timing claim).
-  static bool await_metric(int port, const std::string& name, const std::function<bool(double)>& ok) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < until) {
-      const auto m = metrics(port);
-      if (auto it = m.find(name); it != m.end() && ok(it->second)) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return false;
+    return testing::post_json(port, path, body, 120);
   }
 
-  // logit_bias banning the end tokens: a reply that runs to max_tokens.
-  static json no_end_tokens() {
-    const auto& vocab = model_->tokenizer().vocab();
-    json bias = json::object();
-    for (const auto& id : {vocab.eos, vocab.find("<|im_end|>"), vocab.find("<|endoftext|>")})
-      if (id) bias[std::to_string(*id)] = -100;
-    return bias;
+  // A streamed completion that cannot end before its 1500 tokens: it holds a slot while the test
+  // runs.
+  static std::string slot_holder() {
+    return json({{"model", "tiny"}, {"prompt", "hold"}, {"max_tokens", 1500}, {"stream", true},
+                 {"logit_bias", testing::no_end_token_bias(*model_)}})
+        .dump();
   }
 
   // What a reply is, whatever the API: the text (joined from a stream), its end and its length.
@@ -123,9 +73,6 @@ class ServerParallel : public ::testing::Test {
     }
     return {{"text", text}, {"finish", finish}};
   }
-
-  static inline TempDir* dir_ = nullptr;
-  static inline decode::LoadedModel* model_ = nullptr;
 };
 
 struct Call {
@@ -161,7 +108,7 @@ TEST_F(ServerParallel, EveryReplyEqualsTheSameRequestAnsweredAlone) {
   {
     auto serial = start(1);
     for (const Call& c : requests) {
-      auto res = post(serial->port, c.path, c.request.dump());
+      auto res = post(serial.port(), c.path, c.request.dump());
       ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
       alone.push_back(reply_of(c.path, c.request, res->body));
     }
@@ -169,29 +116,28 @@ TEST_F(ServerParallel, EveryReplyEqualsTheSameRequestAnsweredAlone) {
   auto parallel = start(4);
   // Two long streams hold two slots throughout, so every request below shares its windows with
   // them (and with each other); a third client hangs up on its stream first.
-  json holder = {{"model", "tiny"}, {"prompt", "hold"}, {"max_tokens", 1500}, {"stream", true}, {"logit_bias", no_end_tokens()}};
-  RawClient held(parallel->port, "POST", "/v1/completions", holder.dump());
-  RawClient also_held(parallel->port, "POST", "/v1/completions", holder.dump());
+  const std::string holder = slot_holder();
+  RawClient held(parallel.port(), "POST", "/v1/completions", holder);
+  RawClient also_held(parallel.port(), "POST", "/v1/completions", holder);
   ASSERT_TRUE(held.read_until("data: ", 2));
   ASSERT_TRUE(also_held.read_until("data: ", 2));
   {
-    RawClient leaver(parallel->port, "POST", "/v1/completions", holder.dump());
+    RawClient leaver(parallel.port(), "POST", "/v1/completions", holder);
     ASSERT_TRUE(leaver.read_until("data: ", 2));
-    ASSERT_TRUE(await_metric(parallel->port, "strata_generation_running", [](double v) { return v == 3; }));
+    ASSERT_TRUE(testing::await_metric(parallel.port(), "strata_generation_running", 3));
   }
-  ASSERT_TRUE(await_metric(parallel->port, "strata_generations_total{finish_reason=\"cancelled\"}",
-                           [](double v) { return v == 1; }));
+  ASSERT_TRUE(testing::await_metric(parallel.port(), "strata_generations_total{finish_reason=\"cancelled\"}", 1));
   std::vector<json> together(requests.size());
   std::vector<std::thread> clients;
   for (size_t i = 0; i < requests.size(); ++i)
     clients.emplace_back([&, i] {
-      auto res = post(parallel->port, requests[i].path, requests[i].request.dump());
+      auto res = post(parallel.port(), requests[i].path, requests[i].request.dump());
       if (res && res->status == 200) together[i] = reply_of(requests[i].path, requests[i].request, res->body);
     });
   for (auto& t : clients) t.join();
   for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(together[i], alone[i]) << requests[i].request.dump();
   {
-    const auto m = metrics(parallel->port);
+    const auto m = testing::scrape_metrics(parallel.port());
     EXPECT_EQ(m.at("strata_generation_running"), 2) << "the held streams ran throughout";
     // Each running generation by its sequence: tokens so far and its decode speed.
     std::vector<double> tokens, speeds;
@@ -208,8 +154,8 @@ TEST_F(ServerParallel, EveryReplyEqualsTheSameRequestAnsweredAlone) {
   }
   held.close();
   also_held.close();
-  EXPECT_TRUE(await_metric(parallel->port, "strata_generation_running", [](double v) { return v == 0; }));
-  const auto m = metrics(parallel->port);
+  EXPECT_TRUE(testing::await_metric(parallel.port(), "strata_generation_running", 0));
+  const auto m = testing::scrape_metrics(parallel.port());
   EXPECT_EQ(m.at("strata_parallel_sequences"), 4);
   for (const auto& [name, value] : m) EXPECT_FALSE(name.starts_with("strata_sequence_")) << name << " with none running";
   EXPECT_EQ(m.at("strata_generations_total{finish_reason=\"cancelled\"}"), 3);
@@ -218,7 +164,7 @@ TEST_F(ServerParallel, EveryReplyEqualsTheSameRequestAnsweredAlone) {
 TEST_F(ServerParallel, AConversationKeepsItsSlotsPromptCache) {
   auto parallel = start(2);
   const auto turn = [&](const json& messages) {
-    auto res = post(parallel->port, "/v1/chat/completions",
+    auto res = post(parallel.port(), "/v1/chat/completions",
                     json({{"model", "tiny"}, {"messages", messages}, {"max_tokens", 6}}).dump());
     EXPECT_TRUE(res && res->status == 200);
     return json::parse(res->body);
@@ -239,15 +185,15 @@ TEST_F(ServerParallel, AConversationKeepsItsSlotsPromptCache) {
 
 TEST_F(ServerParallel, TheQueueCountsBeyondTheRunningGenerations) {
   auto parallel = start(2, 1);
-  json holder = {{"model", "tiny"}, {"prompt", "hold"}, {"max_tokens", 1500}, {"stream", true}, {"logit_bias", no_end_tokens()}};
-  RawClient one(parallel->port, "POST", "/v1/completions", holder.dump());
-  RawClient two(parallel->port, "POST", "/v1/completions", holder.dump());
+  const std::string holder = slot_holder();
+  RawClient one(parallel.port(), "POST", "/v1/completions", holder);
+  RawClient two(parallel.port(), "POST", "/v1/completions", holder);
   ASSERT_TRUE(one.read_until("data: ", 2));
   ASSERT_TRUE(two.read_until("data: ", 2));
-  RawClient waiting(parallel->port, "POST", "/v1/completions",
+  RawClient waiting(parallel.port(), "POST", "/v1/completions",
                     R"({"model":"tiny","prompt":"wait","max_tokens":2})");
-  ASSERT_TRUE(await_metric(parallel->port, "strata_queue_depth", [](double v) { return v == 1; }));
-  auto refused = post(parallel->port, "/v1/completions", R"({"model":"tiny","prompt":"no room","max_tokens":2})");
+  ASSERT_TRUE(testing::await_metric(parallel.port(), "strata_queue_depth", 1));
+  auto refused = post(parallel.port(), "/v1/completions", R"({"model":"tiny","prompt":"no room","max_tokens":2})");
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 429);
   one.close();
@@ -270,7 +216,7 @@ TEST_F(ServerParallel, TheExpertCachePanelReadsTheCacheBetweenWindows) {
   load.experts.budget_bytes = 6 * ((pack->max_record_bytes() + 4095) / 4096 * 4096);  // 6 slots
   decode::LoadedModel streamed(load);
   auto server = start(2, 8, &streamed);
-  httplib::Client c("127.0.0.1", server->port);
+  auto c = testing::loopback_client(server.port());
   const json idle = json::parse(c.Get("/expert-cache")->body);
   EXPECT_EQ(idle["streamed"], true);
   EXPECT_EQ(idle["n_layers"], pack->n_layers()) << "the pack's layers: the model's and its MTP block's";
@@ -280,9 +226,9 @@ TEST_F(ServerParallel, TheExpertCachePanelReadsTheCacheBetweenWindows) {
   std::vector<std::thread> clients;
   for (size_t i = 0; i < replies.size(); ++i)
     clients.emplace_back([&, i] {
-      auto res = post(server->port, "/v1/chat/completions",
+      auto res = post(server.port(), "/v1/chat/completions",
                       json({{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "Stream me " + std::to_string(i)}}}},
-                            {"max_tokens", 40}, {"logit_bias", no_end_tokens()}})
+                            {"max_tokens", 40}, {"logit_bias", testing::no_end_token_bias(*model_)}})
                           .dump());
       if (res && res->status == 200) replies[i] = json::parse(res->body);
     });
@@ -313,7 +259,7 @@ TEST_F(ServerParallel, TheExpertCachePanelReadsTheCacheBetweenWindows) {
                              double(done["hits"].get<uint64_t>() + done["misses"].get<uint64_t>()));
   EXPECT_EQ(done["h2d_bytes"], 0u) << "host expert slots: nothing is copied to a device";
   // /metrics exports the same counters (nothing runs between the two readings).
-  const auto m = metrics(server->port);
+  const auto m = testing::scrape_metrics(server.port());
   EXPECT_EQ(m.at("strata_expert_cache_hits_total"), double(done["hits"].get<uint64_t>()));
   EXPECT_EQ(m.at("strata_expert_cache_misses_total"), double(done["misses"].get<uint64_t>()));
   EXPECT_EQ(m.at("strata_expert_cache_read_bytes_total"), double(done["bytes_read"].get<uint64_t>()));

@@ -5,12 +5,11 @@
 // deltas join to the same; enable_thinking=false has no reasoning; a thinking budget forces
 // </think> after that many tokens.
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <fstream>
 #include <memory>
 #include <sstream>
-#include <thread>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -23,57 +22,29 @@
 namespace strata::server {
 namespace {
 
-using gguf::testing::TempDir;
 using nlohmann::json;
 
-// The random model writes bytes that are not UTF-8; the server's JSON carries them as U+FFFD.
-std::string as_json_text(const std::string& text) {
-  return json::parse(json(text).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
+// The template that opens <think> in the prompt, in place of the tiny model's own.
+std::string thinking_template() {
+  std::ifstream in(STRATA_SOURCE_DIR "/tests/fixtures/chat_templates/thinking.jinja");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
-class ServerReasoning : public ::testing::Test {
+class ServerReasoning : public testing::TinyModelSuite<ServerReasoning> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir;
-    decode::LoadOptions load;
-    load.path = testing::synth_tiny(*dir_);
-    load.threads = 1;
-    load.ctx = 2048;
-    std::ifstream in(STRATA_SOURCE_DIR "/tests/fixtures/chat_templates/thinking.jinja");
-    std::ostringstream text;
-    text << in.rdbuf();
-    load.chat_template = text.str();
-    model_ = new decode::LoadedModel(load);
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete dir_;
-  }
-  void SetUp() override {
-    ServerOptions o;
-    o.port = 0;
-    server_ = std::make_unique<Server>(*model_, o);
-    port_ = server_->bind();
-    thread_ = std::thread([this] { server_->run(); });
-  }
-  void TearDown() override {
-    server_->stop();
-    thread_.join();
-  }
+  static void SetUpTestSuite() { load_tiny_model(2048, thinking_template()); }
 
   json chat(const json& request) const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60);
-    auto res = c.Post("/v1/chat/completions", request.dump(), "application/json");
+    auto res = testing::post_json(server_.port(), "/v1/chat/completions", request.dump());
     EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
     return res ? json::parse(res->body) : json();
   }
   std::string stream(const json& request) const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60);
     json r = request;
     r["stream"] = true;
-    auto res = c.Post("/v1/chat/completions", r.dump(), "application/json");
+    auto res = testing::post_json(server_.port(), "/v1/chat/completions", r.dump());
     EXPECT_TRUE(res && res->status == 200);
     return res ? res->body : "";
   }
@@ -98,14 +69,11 @@ class ServerReasoning : public ::testing::Test {
     decode::ReasoningSplitter splitter(start);
     splitter.feed(result.text);
     splitter.finish();
-    return {as_json_text(splitter.reasoning()), as_json_text(splitter.content())};
+    return {testing::as_json_text(splitter.reasoning()), testing::as_json_text(splitter.content())};
   }
 
-  static inline TempDir* dir_ = nullptr;
-  static inline decode::LoadedModel* model_ = nullptr;
-  std::unique_ptr<Server> server_;
-  std::thread thread_;
-  int port_ = 0;
+  // A server for each test, made once the suite's model is loaded.
+  testing::RunningServer server_{*model_, ServerOptions{}};
 };
 
 const json kMessages = json::array({{{"role", "user"}, {"content", "What is 2+2?"}}});
@@ -160,10 +128,8 @@ TEST_F(ServerReasoning, ABudgetForcesTheEndOfThinking) {
   EXPECT_LT(reasoning.size(), unbounded.first.size());
   EXPECT_FALSE(content.empty());
 
-  httplib::Client c("127.0.0.1", port_);
-  auto bad = c.Post("/v1/chat/completions",
-                    json({{"model", "tiny"}, {"messages", kMessages}, {"thinking_token_budget", -1}}).dump(),
-                    "application/json");
+  auto bad = testing::post_json(server_.port(), "/v1/chat/completions",
+                               json({{"model", "tiny"}, {"messages", kMessages}, {"thinking_token_budget", -1}}).dump());
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);
   EXPECT_EQ(json::parse(bad->body)["error"]["param"], "thinking_token_budget");

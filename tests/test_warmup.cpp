@@ -2,11 +2,8 @@
 // request comes after the idle time, once, never when turned off, and changes no request's reply;
 // in-process servers at --parallel 1 and 2 count it on /metrics.
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <chrono>
-#include <map>
-#include <memory>
 #include <string>
 #include <thread>
 
@@ -24,66 +21,31 @@ using gguf::testing::TempDir;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-class WarmUpAfterIdle : public ::testing::Test {
+class WarmUpAfterIdle : public testing::TinyModelSuite<WarmUpAfterIdle> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir;
-    decode::LoadOptions load;
-    load.path = testing::synth_tiny(*dir_);
-    load.threads = 1;
-    load.ctx = 256;
-    model_ = new decode::LoadedModel(load);
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete dir_;
-  }
+  static void SetUpTestSuite() { load_tiny_model(256); }
 
-  struct Running {
-    std::unique_ptr<Server> server;
-    std::thread thread;
-    int port = 0;
-    ~Running() {
-      server->stop();
-      thread.join();
-    }
-  };
-  static std::unique_ptr<Running> start(size_t parallel, double warmup_after_s) {
-    auto r = std::make_unique<Running>();
+  static testing::RunningServer start(size_t parallel, double warmup_after_s) {
     ServerOptions o;
-    o.port = 0;
     o.generation.parallel = parallel;
     o.generation.warmup_after_s = warmup_after_s;
-    r->server = std::make_unique<Server>(*model_, o);
-    r->port = r->server->bind();
-    r->thread = std::thread([s = r->server.get()] { s->run(); });
-    return r;
+    return testing::RunningServer(*model_, o);
   }
   static std::string reply(int port) {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(120);
     const json body = {{"model", "tiny"},
                        {"messages", {{{"role", "user"}, {"content", "Warm or cold?"}}}},
                        {"max_tokens", 12},
                        {"temperature", 0}};
-    auto res = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    // Twice the usual read bound: the reply may wait for a warm-up window first.
+    auto res = testing::post_json(port, "/v1/chat/completions", body.dump(), 120);
     EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
     return res ? json::parse(res->body)["choices"][0]["message"].dump() : "";
   }
   static double warmups(int port) {
-    httplib::Client c("127.0.0.1", port);
-    auto res = c.Get("/metrics");
-    std::map<std::string, double> m;
-    EXPECT_TRUE(res && testing::parse_prometheus(res->body, m));
+    const auto m = testing::scrape_metrics(port);
     return m.count("strata_warmup_windows_total") ? m.at("strata_warmup_windows_total") : -1;
   }
-
-  static TempDir* dir_;
-  static decode::LoadedModel* model_;
 };
-
-TempDir* WarmUpAfterIdle::dir_ = nullptr;
-decode::LoadedModel* WarmUpAfterIdle::model_ = nullptr;
 
 TEST_F(WarmUpAfterIdle, RunsOnceWhenARequestComesAfterTheIdleTime) {
   WarmUp w(model_->model(), 1.0);
@@ -131,20 +93,20 @@ TEST_F(WarmUpAfterIdle, ServersCountItAndRepliesDoNotChange) {
   {
     auto off = start(1, 0);
     std::this_thread::sleep_for(250ms);
-    cold_reply = reply(off->port);
-    EXPECT_EQ(warmups(off->port), 0);
+    cold_reply = reply(off.port());
+    EXPECT_EQ(warmups(off.port()), 0);
   }
   for (size_t parallel : {size_t(1), size_t(2)}) {
     SCOPED_TRACE(cat("--parallel ", parallel));
     auto on = start(parallel, 1.0);
     std::this_thread::sleep_for(1100ms);
-    EXPECT_EQ(reply(on->port), cold_reply) << "a warm-up never changes a reply";
-    EXPECT_EQ(warmups(on->port), 1);
-    EXPECT_EQ(reply(on->port), cold_reply);
-    EXPECT_EQ(warmups(on->port), 1) << "no warm-up right after a request";
+    EXPECT_EQ(reply(on.port()), cold_reply) << "a warm-up never changes a reply";
+    EXPECT_EQ(warmups(on.port()), 1);
+    EXPECT_EQ(reply(on.port()), cold_reply);
+    EXPECT_EQ(warmups(on.port()), 1) << "no warm-up right after a request";
     std::this_thread::sleep_for(1100ms);
-    reply(on->port);
-    EXPECT_EQ(warmups(on->port), 2);
+    reply(on.port());
+    EXPECT_EQ(warmups(on.port()), 2);
   }
 }
 
