@@ -2,16 +2,18 @@
 // with drafted windows gives token for token the output of plain decoding (greedy and sampled),
 // with an oracle drafter that is right for a scripted number of drafts and then wrong, so every
 // rollback depth is exercised; a rolled-back state equals a state that never saw the rejected
-// rows, bitwise.
+// rows, bitwise. On every backend (CUDA skips without a device): there the verification windows
+// are recorded as graphs and replayed, journal copies included.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend_test_util.h"
 #include "decode/generate.h"
 #include "gguf_test_util.h"
 #include "model/journal.h"
@@ -29,12 +31,13 @@ using strata::testing::bitwise_equal;
 
 struct Tiny {
   TempDir dir;
-  std::unique_ptr<backend::CpuBackend> backend;
+  std::string backend_name;
+  std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<model::Model> model;
   std::unique_ptr<tokenizer::Tokenizer> tok;
 };
 
-std::unique_ptr<Tiny> load_tiny(const std::string& arch) {
+std::unique_ptr<Tiny> load_tiny(const std::string& arch, const std::string& backend_name) {
   auto t = std::make_unique<Tiny>();
   synth::SynthOptions o;
   o.arch = arch;
@@ -43,7 +46,8 @@ std::unique_ptr<Tiny> load_tiny(const std::string& arch) {
   o.progress = false;
   o.seed = 5;
   synth::run_synth(o);
-  t->backend = std::make_unique<backend::CpuBackend>(2);
+  t->backend_name = backend_name;
+  t->backend = backend::testing::make_backend(backend_name);
   t->model = model::Model::load(o.output, *t->backend);
   t->tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::read_vocab_metadata(t->model->reader()));
   return t;
@@ -55,9 +59,15 @@ std::vector<int32_t> prompt_tokens(int64_t n, int64_t vocab) {
   return p;
 }
 
-class SpecDecode : public ::testing::TestWithParam<std::string> {
+// (architecture, backend)
+class SpecDecode : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
-  void SetUp() override { tiny_ = load_tiny(GetParam()); }
+  void SetUp() override {
+    const auto& [arch, backend_name] = GetParam();
+    const std::string why = backend::testing::unavailable(backend_name);
+    if (!why.empty()) GTEST_SKIP() << why;
+    tiny_ = load_tiny(arch, backend_name);
+  }
 
   GenerateResult plain(std::span<const int32_t> prompt, const GenerateParams& p) {
     Session s(*tiny_->model, *tiny_->tok, {.n_ctx = 160});
@@ -108,7 +118,9 @@ void expect_same_as_plain(Tiny& t, bool sampled, const GenerateResult& reference
     Session s(*t.model, *t.tok, so);
     s.speculator().set_external_drafter(
         OracleDrafter{{prompt.begin(), prompt.end()}, reference.tokens, vocab, depth});
+    const uint64_t replays_before = t.backend->counters().graph_replays;
     const GenerateResult r = s.generate(prompt, params(sampled), {});
+    const uint64_t replays = t.backend->counters().graph_replays - replays_before;
     EXPECT_EQ(r.tokens, reference.tokens) << "depth " << depth;
     EXPECT_EQ(r.text, reference.text);
     EXPECT_EQ(r.finish, reference.finish);
@@ -116,6 +128,8 @@ void expect_same_as_plain(Tiny& t, bool sampled, const GenerateResult& reference
     const spec::Report& rep = *r.telemetry.spec;
     EXPECT_GT(rep.drafted_windows, 0);
     EXPECT_GT(rep.rollbacks, 0);
+    // CUDA records windows: more replay than the plain ones, so drafted windows do too.
+    if (t.backend_name == "cuda") EXPECT_GT(replays, uint64_t(r.telemetry.decode_steps - rep.drafted_windows)) << "depth " << depth;
     // Every rejection position 1..depth was exercised.
     for (int j = 1; j <= depth; ++j) EXPECT_GT(rep.judged[size_t(spec::Source::Suffix)][size_t(j)], 0) << j;
     EXPECT_LT(r.telemetry.decode_steps, reference.telemetry.decode_steps);
@@ -262,12 +276,19 @@ TEST_P(MtpDecode, AcceptanceKnobOnAForcedContinuation) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadArchitectures, MtpDecode, ::testing::Values("qwen35moe", "qwen4exp"),
-                         [](const auto& info) { return info.param; });
+std::string case_name(const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& info) {
+  return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadArchitectures, MtpDecode,
+                         ::testing::Combine(::testing::Values("qwen35moe", "qwen4exp"),
+                                            ::testing::ValuesIn(backend::testing::backend_names())),
+                         case_name);
 
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, SpecDecode,
-                         ::testing::Values("qwen3moe", "qwen3next", "qwen35moe", "qwen4exp"),
-                         [](const auto& info) { return info.param; });
+                         ::testing::Combine(::testing::Values("qwen3moe", "qwen3next", "qwen35moe", "qwen4exp"),
+                                            ::testing::ValuesIn(backend::testing::backend_names())),
+                         case_name);
 
 }  // namespace
 }  // namespace strata::decode

@@ -176,8 +176,12 @@ class Backend {
   virtual void end_host_step() {}
   virtual BackendCounters counters() const { return {}; }
 
-  // Memory. alloc() returns zeroed memory owned by the backend until release().
+  // Memory. alloc() returns zeroed memory owned by the backend until release(); inside a window it
+  // may be the window's own, valid until the next window begins. alloc_lasting() stays valid until
+  // release() wherever it is called (what a window keeps for later, as the speculation journal's
+  // copies); in a recorded window's key, only its first (op-by-op) window may call it.
   virtual Tensor alloc(int64_t rows, int64_t cols) = 0;
+  virtual Tensor alloc_lasting(int64_t rows, int64_t cols) { return alloc(rows, cols); }
   virtual void release(Tensor t) = 0;
   virtual void upload(const float* host, Tensor dst) = 0;
   virtual void download(const Tensor& src, float* host) = 0;

@@ -1,5 +1,6 @@
 #include "model/journal.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "model/forward_common.h"
@@ -26,10 +27,14 @@ Journal::~Journal() {
   }
 }
 
-Tensor Journal::ensure(Tensor& t, int64_t rows, int64_t cols) {
+// The copies outlive the window that takes them (a rollback reads them after it) and keep their
+// addresses from window to window (a recorded window writes to them): inputs get room for a
+// multiple of 8 rows, so windows of 2 to 8 rows share one layout.
+Tensor Journal::ensure(Tensor& t, int64_t rows, int64_t cols, int64_t room) {
   if (!t.data || t.rows < rows || t.cols != cols) {
     if (t.data) be_.release(t);
-    t = be_.alloc(rows, cols);
+    t = be_.alloc_lasting(std::max(rows, room), cols);
+    ++layout_;
   }
   return t.rows_view(0, rows);
 }
@@ -48,10 +53,11 @@ Journal::Entry& Journal::next_entry(Op op, Tensor state, std::span<const Tensor*
   Entry& e = entries_[used_++];
   e.op = op;
   e.state = state;
-  be_.copy(state, ensure(e.snapshot, state.rows, state.cols));
+  be_.copy(state, ensure(e.snapshot, state.rows, state.cols, state.rows));
   e.inputs.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i)
-    be_.copy(*inputs[i], ensure(e.inputs[i], inputs[i]->rows, inputs[i]->cols));
+    be_.copy(*inputs[i], ensure(e.inputs[i], inputs[i]->rows, inputs[i]->cols,
+                                (inputs[i]->rows + 7) / 8 * 8));
   snapshot_bytes_ += uint64_t(state.rows * state.cols) * sizeof(float);
   snapshot_seconds_ += seconds_since(t0);
   return e;

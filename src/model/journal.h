@@ -44,6 +44,9 @@ class Journal {
   void rollback(State& state, int64_t keep);
 
   int64_t window_rows() const { return int64_t(tokens_.size()); }
+  // Changes whenever the journal's copies move to new memory: a recorded window writes them at
+  // fixed addresses, so its key includes this (model.cpp, window_key).
+  uint64_t layout() const { return layout_; }
   // Cumulative costs, for telemetry: copies taken before windows and rollbacks done.
   double snapshot_seconds() const { return snapshot_seconds_; }
   double rollback_seconds() const { return rollback_seconds_; }
@@ -63,11 +66,12 @@ class Journal {
   };
   Entry& next_entry(Op op, Tensor state, std::span<const Tensor* const> inputs);
   void replay(Entry& e, int64_t keep);
-  Tensor ensure(Tensor& t, int64_t rows, int64_t cols);
+  Tensor ensure(Tensor& t, int64_t rows, int64_t cols, int64_t room);
 
   backend::Backend& be_;
   std::vector<Entry> entries_;  // kept across windows: their buffers are reused
   size_t used_ = 0;             // entries recorded by the current window
+  uint64_t layout_ = 0;
   const State* state_ = nullptr;
   int64_t n_past_ = 0;
   std::vector<int32_t> tokens_, ple_history_;

@@ -4,49 +4,13 @@
 #include "gguf/gguf.h"
 #include "model/arch.h"
 #include "model/forward_common.h"
+#include "model/journal.h"
 #include "model/qwen4exp.h"
 #include "model/route_control.h"
+#include "model/window_scope.h"
 #include "util/error.h"
 
 namespace strata::model {
-
-namespace {
-
-uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
-
-// One sequence's part in a window's graph key: its rows, logits mode and state.
-struct KeyPart {
-  int64_t rows;
-  LogitsMode mode;
-  const State* state;
-};
-
-// The key under which the backend may record a window as a graph (Backend::begin_window): per
-// sequence, in window order, its row count, logits mode and the state tensors it updates (a
-// window of several sequences runs the same ops whenever the same states share it in the same
-// order with the same rows), and whether its MoE layers take host steps (their ops are the host's
-// choice, outside the key's promise). 0 (no recording) where the sequence of ops outside host steps
-// depends on more than that: dumps read activations back mid-window. (Positions never enter the
-// key: every op takes them as uploaded values, qwen4exp's QSA included, model/qsa.cpp.)
-uint64_t window_key(std::span<const KeyPart> parts, bool host_reads, bool host_steps) {
-  if (host_reads) return 0;
-  uint64_t h = mix(mix(0xcbf29ce484222325ull, uint64_t(parts.size())), host_steps ? 1 : 0);
-  for (const KeyPart& p : parts) {
-    h = mix(mix(h, uint64_t(p.rows)), uint64_t(p.mode));
-    for (const LayerState& l : p.state->layers)
-      for (const Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm, &l.ple_conv, &l.idx_k, &l.idx_blocks})
-        h = mix(h, uint64_t(reinterpret_cast<uintptr_t>(t->data)));
-  }
-  return h == 0 ? 1 : h;
-}
-
-// Whether the MoE layers take host steps (forward_common.cpp, moe()): a route control or an expert
-// cache decides on the routing.
-bool host_steps(bool routed, const experts::ExpertSource& source) {
-  return routed || source.all_resident(0).empty() || source.wants_read_ahead();
-}
-
-}  // namespace
 
 Model::Model(std::unique_ptr<gguf::Reader> reader, backend::Backend& backend)
     : reader_(std::move(reader)), backend_(backend) {}
@@ -97,24 +61,11 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   if (int64_t(state.layers.size()) != c.n_layer)
     fail("forward: the state belongs to another model");
 
-  // The expert cache's window boundary, also when the window throws (a record that cannot be
-  // read): limbo retires and no expert stays held.
-  struct WindowScope {
-    experts::ExpertSource& source;
-    explicit WindowScope(experts::ExpertSource& s) : source(s) { source.begin_window(); }
-    ~WindowScope() { source.end_window(); }
-  } window_scope(*experts_);
-  // Speculative windows (journal, hidden rows for the MTP head) read state back mid-window.
-  const bool host_reads = dump_ != nullptr || extras.journal || extras.hidden;
+  ExpertWindow expert_window(*experts_);
   const KeyPart part{T, mode, &state};
-  struct BackendWindow {
-    backend::Backend& be;
-    bool open = true;
-    BackendWindow(backend::Backend& b, uint64_t key) : be(b) { be.begin_window(key); }
-    ~BackendWindow() {
-      if (open) be.end_window(false);
-    }
-  } backend_window(backend_, window_key(std::span(&part, 1), host_reads, host_steps(route_ != nullptr, *experts_)));
+  BackendWindow backend_window(backend_, window_key(std::span(&part, 1), dump_ != nullptr,
+                                                    host_steps(route_ != nullptr, *experts_),
+                                                    {.hidden = extras.hidden != nullptr, .journal = extras.journal}));
   // The window's scratch lives inside the recording: its allocations repeat with its ops.
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
   w.route = route_.get();
@@ -150,17 +101,16 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
     h = keep(rows.rows, c.n_embd);
     backend_.rms_norm(rows, &weights_.output_norm, c.n_embd, float(c.rms_eps), h);  // norm(hidden_states)
   }
-  if (extras.hidden) {
-    const Tensor& src = hc ? x : h;
-    extras.hidden->resize(size_t(src.rows * src.cols));
-    backend_.download(src, extras.hidden->data());
-  }
+  const Tensor hidden = hc ? x : h;  // read back after the window, with the logits
   if (mode == LogitsMode::Last && all) h = h.rows_view(T - 1, 1);
   w.dump("final_norm", -1, h);
   Tensor logits = keep(h.rows, c.n_vocab);
   backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)
-  backend_window.open = false;
-  backend_.end_window(true);
+  backend_window.end();
+  if (extras.hidden) {
+    extras.hidden->resize(size_t(hidden.rows * hidden.cols));
+    backend_.download(hidden, extras.hidden->data());
+  }
   std::vector<float> out(size_t(h.rows * c.n_vocab));
   backend_.download(logits, out.data());
   state.n_past += T;
@@ -197,23 +147,13 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   }
   const int64_t T = int64_t(tokens.size());
 
-  struct WindowScope {
-    experts::ExpertSource& source;
-    explicit WindowScope(experts::ExpertSource& s) : source(s) { source.begin_window(); }
-    ~WindowScope() { source.end_window(); }
-  } window_scope(*experts_);
+  ExpertWindow expert_window(*experts_);
   // Recorded under the sequences' layout: while the same streams decode together, each step
   // replays one graph.
   std::vector<KeyPart> key_parts;
   for (const SequenceRows& sq : sequences) key_parts.push_back({int64_t(sq.tokens.size()), sq.mode, sq.state});
-  struct BackendWindow {
-    backend::Backend& be;
-    bool open = true;
-    BackendWindow(backend::Backend& b, uint64_t key) : be(b) { be.begin_window(key); }
-    ~BackendWindow() {
-      if (open) be.end_window(false);
-    }
-  } backend_window(backend_, window_key(key_parts, dump_ != nullptr, host_steps(route_ != nullptr, *experts_)));
+  BackendWindow backend_window(backend_, window_key(key_parts, dump_ != nullptr,
+                                                    host_steps(route_ != nullptr, *experts_), {}));
   Window w{backend_, c, weights_, *experts_, *sequences[0].state, std::move(pos), tokens, T, renormalize_topk_, dump_,
            Scratch(backend_)};
   w.route = route_.get();
@@ -251,8 +191,7 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   w.dump("final_norm", -1, h);
   Tensor logits = keep(h.rows, c.n_vocab);
   backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)
-  backend_window.open = false;
-  backend_.end_window(true);
+  backend_window.end();
   std::vector<float> all(size_t(h.rows * c.n_vocab));
   backend_.download(logits, all.data());
   std::vector<std::vector<float>> out;

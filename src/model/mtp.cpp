@@ -12,6 +12,7 @@
 // Rows sit at the positions of their hidden states (vLLM's convention: row t at state.n_past + t).
 #include "model/forward_common.h"
 #include "model/model.h"
+#include "model/window_scope.h"
 #include "util/error.h"
 
 namespace strata::model {
@@ -31,11 +32,11 @@ std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span
   if (state.n_past + T > state.n_ctx())
     fail("mtp: context overflow: ", state.n_past, " positions done + ", T, " new exceed ", state.n_ctx());
 
-  struct WindowScope {
-    experts::ExpertSource& source;
-    explicit WindowScope(experts::ExpertSource& s) : source(s) { source.begin_window(); }
-    ~WindowScope() { source.end_window(); }
-  } window_scope(*experts_);
+  ExpertWindow expert_window(*experts_);
+  const KeyPart part{T, mode, &state};
+  BackendWindow backend_window(backend_, window_key(std::span(&part, 1), dump_ != nullptr,
+                                                    host_steps(false, *experts_),
+                                                    {.mtp = true, .hidden = hidden_out != nullptr}));
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
   for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
   const int64_t il = c.n_layer;  // the first MTP block; chained steps reuse it
@@ -67,15 +68,16 @@ std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span
     const Weight& g = present(L.nextn_shared_head_norm) ? L.nextn_shared_head_norm : weights_.output_norm;
     backend_.rms_norm(x, &g, n, eps, out);  // norm(hidden_states)
   }
-  if (hidden_out) {
-    const Tensor& src = hc ? x : out;
-    hidden_out->resize(size_t(src.rows * src.cols));
-    backend_.download(src, hidden_out->data());
-  }
+  const Tensor hidden_rows = hc ? x : out;  // read back after the window, with the logits
   if (!hc && mode == LogitsMode::Last) out = out.rows_view(T - 1, 1);
   w.dump("mtp_out", -1, out);
   Tensor logits = keep(out.rows, c.n_vocab);
   backend_.matmul(weights_.output, out, logits);  // the shared lm_head
+  backend_window.end();
+  if (hidden_out) {
+    hidden_out->resize(size_t(hidden_rows.rows * hidden_rows.cols));
+    backend_.download(hidden_rows, hidden_out->data());
+  }
   std::vector<float> result(size_t(out.rows * c.n_vocab));
   backend_.download(logits, result.data());
   state.n_past += T;

@@ -168,10 +168,23 @@ Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {
           cols};
 }
 
-void* CudaBackend::Impl::allocate(const char* op, int64_t rows, int64_t cols, size_t size) {
+Tensor CudaBackend::alloc_lasting(int64_t rows, int64_t cols) {
+  require(rows >= 0 && cols >= 0, "alloc_lasting", "bad shape [", rows, " x ", cols, "]");
+  // A capture would record the allocation as a graph node, a replay would skip it.
+  const WindowGraphs::Mode mode = impl_->graphs.mode();
+  if (mode == WindowGraphs::Mode::Capture || mode == WindowGraphs::Mode::Replay)
+    fail("internal error: alloc_lasting [", rows, " x ", cols, "] in a recorded window (only its "
+         "key's first window may allocate what outlives it)");
+  return {static_cast<float*>(impl_->allocate("alloc_lasting", rows, cols, sizeof(float), true)),
+          rows, cols, cols};
+}
+
+void* CudaBackend::Impl::allocate(const char* op, int64_t rows, int64_t cols, size_t size,
+                                  bool lasting) {
   const size_t bytes = size_t(rows) * size_t(cols) * size;
   end_matmul_chain();
-  if (void* p = graphs.alloc(bytes)) return p;  // inside a window: its arena, zeroed
+  if (!lasting)
+    if (void* p = graphs.alloc(bytes)) return p;  // inside a window: its arena, zeroed
   STRATA_CUDA_CHECK(cudaSetDevice(ctx.index));
   void* p = nullptr;
   const cudaError_t err = cudaMallocAsync(&p, std::max<size_t>(bytes, 256), ctx.stream);

@@ -211,6 +211,7 @@ class CudaBackend : public Backend {
   void download(const Tensor& src, float* host) override;
   void fill(Tensor t, float value) override;
   void copy(const Tensor& src, Tensor dst) override;
+  Tensor alloc_lasting(int64_t rows, int64_t cols) override;
   void set_rows(const Tensor& src, const Ids& rows, Tensor dst) override;
   Ids alloc_ids(int64_t rows, int64_t cols) override;
   void release_ids(Ids t) override;

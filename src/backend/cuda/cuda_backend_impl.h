@@ -115,7 +115,8 @@ struct CudaBackend::Impl {
   ExpertTable& expert_table(std::span<const ExpertWeights> experts);
   // Zeroed device memory for [rows x cols] elements of `size` bytes: from the window arena inside
   // a window, else the stream-ordered pool; free() gives either back.
-  void* allocate(const char* op, int64_t rows, int64_t cols, size_t size);
+  // Zeroed device memory; inside a window the window's own unless `lasting`.
+  void* allocate(const char* op, int64_t rows, int64_t cols, size_t size, bool lasting = false);
   void free(const char* op, void* p, const std::string& what);
   // The inverse rope frequencies of (theta, rope_dim), computed on the host once and kept on
   // the device (a persistent input, so a recorded window reads the same memory on replay).

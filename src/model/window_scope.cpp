@@ -1,0 +1,33 @@
+#include "model/window_scope.h"
+
+#include "model/journal.h"
+
+namespace strata::model {
+
+namespace {
+
+uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
+uint64_t address(const void* p) { return uint64_t(reinterpret_cast<uintptr_t>(p)); }
+
+}  // namespace
+
+uint64_t window_key(std::span<const KeyPart> parts, bool dumps, bool host_steps, const KeyExtras& extras) {
+  if (dumps) return 0;
+  uint64_t h = mix(mix(0xcbf29ce484222325ull, uint64_t(parts.size())), host_steps ? 1 : 0);
+  h = mix(mix(h, extras.mtp ? 1 : 0), extras.hidden ? 1 : 0);
+  // The journal's copies have fixed addresses in a recording: a new layout is a new key.
+  if (extras.journal) h = mix(mix(h, address(extras.journal)), extras.journal->layout());
+  for (const KeyPart& p : parts) {
+    h = mix(mix(h, uint64_t(p.rows)), uint64_t(p.mode));
+    for (const LayerState& l : p.state->layers)
+      for (const Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm, &l.ple_conv, &l.idx_k, &l.idx_blocks})
+        h = mix(h, address(t->data));
+  }
+  return h == 0 ? 1 : h;
+}
+
+bool host_steps(bool routed, const experts::ExpertSource& source) {
+  return routed || source.all_resident(0).empty() || source.wants_read_ahead();
+}
+
+}  // namespace strata::model

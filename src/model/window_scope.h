@@ -1,0 +1,76 @@
+// A window's boundaries on the expert cache and on the backend, and the key under which the
+// backend may record it as a graph (Backend::begin_window). Shared by the trunk's windows
+// (model.cpp) and the MTP head's (mtp.cpp).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "backend/backend.h"
+#include "experts/expert_source.h"
+#include "model/model.h"
+#include "model/state.h"
+
+namespace strata::model {
+
+// One sequence's part in a window's graph key: its rows, logits mode and state.
+struct KeyPart {
+  int64_t rows;
+  LogitsMode mode;
+  const State* state;
+};
+
+// What else shapes a window's ops: a window of the MTP head (its block and head instead of the
+// trunk), whether every row's hidden state is kept, the journal whose copies a speculative window
+// writes.
+struct KeyExtras {
+  bool mtp = false, hidden = false;
+  const Journal* journal = nullptr;
+};
+
+// The key: per sequence, in window order, its row count, logits mode and the state tensors it
+// updates (a window of several sequences runs the same ops whenever the same states share it in
+// the same order with the same rows), whether its MoE layers take host steps (their ops are the
+// host's choice, outside the key's promise), and the extras. 0 (no recording) with dumps, which
+// read activations back mid-window. Positions never enter the key: every op takes them as
+// uploaded values (qwen4exp's QSA included, model/qsa.cpp).
+uint64_t window_key(std::span<const KeyPart> parts, bool dumps, bool host_steps, const KeyExtras& extras);
+
+// Whether the MoE layers take host steps (forward_common.cpp, moe()): a route control or an
+// expert cache decides on the routing.
+bool host_steps(bool routed, const experts::ExpertSource& source);
+
+// The expert cache's window boundary, also when the window throws (a record that cannot be read):
+// limbo retires and no expert stays held.
+class ExpertWindow {
+ public:
+  explicit ExpertWindow(experts::ExpertSource& source) : source_(source) { source_.begin_window(); }
+  ~ExpertWindow() { source_.end_window(); }
+  ExpertWindow(const ExpertWindow&) = delete;
+  ExpertWindow& operator=(const ExpertWindow&) = delete;
+
+ private:
+  experts::ExpertSource& source_;
+};
+
+// The backend's window: end() after the window's last op; a window that throws before it is
+// closed as not completed (whatever was being recorded is dropped).
+class BackendWindow {
+ public:
+  BackendWindow(backend::Backend& be, uint64_t key) : be_(be) { be_.begin_window(key); }
+  ~BackendWindow() {
+    if (open_) be_.end_window(false);
+  }
+  BackendWindow(const BackendWindow&) = delete;
+  BackendWindow& operator=(const BackendWindow&) = delete;
+  void end() {
+    open_ = false;
+    be_.end_window(true);
+  }
+
+ private:
+  backend::Backend& be_;
+  bool open_ = true;
+};
+
+}  // namespace strata::model
