@@ -38,7 +38,7 @@ print(json.dumps({"domain": sys.argv[1], "run": sys.argv[2], "decode_tok_per_s":
   "windows": j["decode"]["windows"], "tokens_per_window": s.get("tokens_per_window"),
   "acceptance": [round(a["acceptance"], 3) for a in s.get("acceptance_by_position", [])],
   "t1_ms": s.get("t1_ms"), "t_ratio": s.get("t_ratio"), "rollback_ms": s.get("rollback_ms"),
-  "snapshot_ms": s.get("snapshot_ms"), "knob": s.get("mtp_acceptance_knob")}))' "$domain" "$label"
+  "snapshot_ms": s.get("snapshot_ms"), "draft_ms": s.get("draft_ms"), "knob": s.get("mtp_acceptance_knob")}))' "$domain" "$label"
   }
   run off --spec off "$@"
   for d in 1 2 3 4; do run "suffix-depth-$d" --spec suffix --spec-depth "$d" "$@"; done

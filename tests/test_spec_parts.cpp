@@ -266,9 +266,16 @@ TEST(SpecReport, SinceAccumulateAndPrometheusExport) {
   a.hits[1][2] = 2;
   a.t1 = 0.02;
   a.t_ratio = {1.25};
+  a.source_windows[size_t(Source::Mtp)] = 4;
+  a.draft_seconds = 0.5;
+  a.snapshot_seconds = 0.25;
+  a.rollback_seconds = 0.5;
   Report b = accumulate(a, a);
   EXPECT_EQ(b.windows, 20);
   EXPECT_EQ(b.since(a).windows, 10);
+  EXPECT_DOUBLE_EQ(b.draft_seconds, 1.0);
+  EXPECT_DOUBLE_EQ(b.since(a).draft_seconds, 0.5);
+  EXPECT_NE(format_report(a).find("| mtp draft 125.00 ms/window"), std::string::npos) << format_report(a);
   EXPECT_DOUBLE_EQ(b.acceptance(1), 0.75);
   EXPECT_DOUBLE_EQ(b.mean_tokens_per_window(), 1.5);
   EXPECT_DOUBLE_EQ(b.mean_accepted_per_window(), 1.25);
@@ -283,7 +290,8 @@ TEST(SpecReport, SinceAccumulateAndPrometheusExport) {
                            "strata_spec_t1_seconds 0.02\n", "strata_spec_window_time_ratio{rows=\"2\"} 1.25\n",
                            "strata_spec_acceptance{position=\"1\"} 0.75\n",
                            "strata_spec_acceptance{position=\"2\"} 0.666666667\n",
-                           "strata_spec_tokens_per_window 1.5\n"})
+                           "strata_spec_tokens_per_window 1.5\n",
+                           "strata_spec_draft_seconds_total 1\n", "strata_spec_rollback_seconds_total 1.5\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line;
 }
 

@@ -206,6 +206,7 @@ nlohmann::ordered_json spec_json(const spec::Report& r) {
   j["rollbacks"] = r.rollbacks;
   j["snapshot_ms"] = r.snapshot_seconds * 1e3;
   j["rollback_ms"] = r.rollback_seconds * 1e3;
+  j["draft_ms"] = r.draft_seconds * 1e3;
   return j;
 }
 

@@ -1,6 +1,7 @@
 #include "model/journal.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
 #include "model/forward_common.h"
@@ -17,7 +18,14 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+uint64_t new_layout() {
+  static std::atomic<uint64_t> layouts{0};
+  return ++layouts;
+}
+
 }  // namespace
+
+Journal::Journal(backend::Backend& backend) : be_(backend), layout_(new_layout()) {}
 
 Journal::~Journal() {
   for (Entry& e : entries_) {
@@ -34,7 +42,7 @@ Tensor Journal::ensure(Tensor& t, int64_t rows, int64_t cols, int64_t room) {
   if (!t.data || t.rows < rows || t.cols != cols) {
     if (t.data) be_.release(t);
     t = be_.alloc_lasting(std::max(rows, room), cols);
-    ++layout_;
+    layout_ = new_layout();
   }
   return t.rows_view(0, rows);
 }

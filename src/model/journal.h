@@ -26,7 +26,7 @@ class State;
 
 class Journal {
  public:
-  explicit Journal(backend::Backend& backend) : be_(backend) {}
+  explicit Journal(backend::Backend& backend);
   ~Journal();
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
@@ -44,8 +44,9 @@ class Journal {
   void rollback(State& state, int64_t keep);
 
   int64_t window_rows() const { return int64_t(tokens_.size()); }
-  // Changes whenever the journal's copies move to new memory: a recorded window writes them at
-  // fixed addresses, so its key includes this (model.cpp, window_key).
+  // Names where the journal's copies are, unique in the process (a journal that replaces another
+  // at the same host address gets new numbers): a recorded window writes them at fixed addresses,
+  // so its key includes this (window_scope.h, window_key).
   uint64_t layout() const { return layout_; }
   // Cumulative costs, for telemetry: copies taken before windows and rollbacks done.
   double snapshot_seconds() const { return snapshot_seconds_; }
@@ -71,7 +72,7 @@ class Journal {
   backend::Backend& be_;
   std::vector<Entry> entries_;  // kept across windows: their buffers are reused
   size_t used_ = 0;             // entries recorded by the current window
-  uint64_t layout_ = 0;
+  uint64_t layout_;
   const State* state_ = nullptr;
   int64_t n_past_ = 0;
   std::vector<int32_t> tokens_, ple_history_;

@@ -16,7 +16,7 @@ uint64_t window_key(std::span<const KeyPart> parts, bool dumps, bool host_steps,
   uint64_t h = mix(mix(0xcbf29ce484222325ull, uint64_t(parts.size())), host_steps ? 1 : 0);
   h = mix(mix(h, extras.mtp ? 1 : 0), extras.hidden ? 1 : 0);
   // The journal's copies have fixed addresses in a recording: a new layout is a new key.
-  if (extras.journal) h = mix(mix(h, address(extras.journal)), extras.journal->layout());
+  if (extras.journal) h = mix(h, extras.journal->layout());
   for (const KeyPart& p : parts) {
     h = mix(mix(h, uint64_t(p.rows)), uint64_t(p.mode));
     for (const LayerState& l : p.state->layers)

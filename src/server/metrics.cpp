@@ -76,6 +76,11 @@ void render_spec(std::string& out, const spec::Report& r) {
     for (const auto& s : r.judged) judged += s[size_t(j)];
     if (judged > 0) sample(out, "strata_spec_acceptance", r.acceptance(j), cat("position=\"", j, "\""));
   }
+  metric(out, "strata_spec_draft_seconds_total", "counter",
+         "Time in the MTP head's drafting windows (catch-up and chained steps).", r.draft_seconds);
+  metric(out, "strata_spec_rollback_seconds_total", "counter",
+         "Time taking the journal's copies and rolling rejected rows back.",
+         r.snapshot_seconds + r.rollback_seconds);
 }
 
 // The streaming expert cache since start-up (docs/EXPERT_CACHE.md).

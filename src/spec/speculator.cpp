@@ -62,6 +62,7 @@ void add_counters(Report& r, const Report& b, int64_t sign) {
   }
   r.snapshot_seconds += double(sign) * b.snapshot_seconds;
   r.rollback_seconds += double(sign) * b.rollback_seconds;
+  r.draft_seconds += double(sign) * b.draft_seconds;
   r.rollbacks += sign * b.rollbacks;
 }
 
@@ -113,6 +114,11 @@ std::string format_report(const Report& r) {
   std::snprintf(buf, sizeof buf, " | rollback %lld, %.2f ms/window", static_cast<long long>(r.rollbacks),
                 r.drafted_windows > 0 ? (r.snapshot_seconds + r.rollback_seconds) * 1e3 / double(r.drafted_windows) : 0.0);
   out += buf;
+  if (r.source_windows[size_t(Source::Mtp)] > 0) {
+    std::snprintf(buf, sizeof buf, " | mtp draft %.2f ms/window",
+                  r.draft_seconds * 1e3 / double(r.source_windows[size_t(Source::Mtp)]));
+    out += buf;
+  }
   return out;
 }
 
@@ -174,10 +180,11 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
   if (k == 0) return d;
   const auto t0 = Clock::now();
   MtpDrafter::Drafts m = mtp_->draft(history, k);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  counts_.draft_seconds += seconds;
   // d: the time per drafted token, the catch-up rows' share left out (they are a per-token cost
   // of keeping the head's cache, paid once however the drafts come out).
-  gate_.drafted(Source::Mtp, int(m.tokens.size()),
-                std::chrono::duration<double>(Clock::now() - t0).count() - m.catch_up_seconds);
+  gate_.drafted(Source::Mtp, int(m.tokens.size()), seconds - m.catch_up_seconds);
   if (o_.mtp_acceptance_knob > 0 && !forced_next.empty()) {
     // Benchmark knob: the head's drafts replaced by the text's next tokens, each right with the
     // knob's probability given the ones before it were (its compute still ran above).

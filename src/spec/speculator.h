@@ -53,6 +53,7 @@ struct Report {
   std::optional<double> t1;     // T(1), seconds (the gate's EMA)
   std::vector<double> t_ratio;  // T(n)/T(1), n = 2..: measured ones only (0 = unmeasured)
   double snapshot_seconds = 0, rollback_seconds = 0;
+  double draft_seconds = 0;  // the MTP head's windows (catch-up and chained steps)
   int64_t rollbacks = 0;
   bool typical = false;
 
