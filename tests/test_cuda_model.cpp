@@ -107,8 +107,9 @@ TEST_P(CudaModel, MatchesCpuAndWindowsAreBitwise) {
                   : double(after.graph_kernels - before.graph_kernels) /
                         double(after.graph_replays - before.graph_replays));
   // Every architecture replays: one-row windows at 21 positions, qwen4exp's QSA completing
-  // blocks at some of them, all from one recording.
+  // blocks at some of them, all from one recording, made by the first two (op by op, captured).
   EXPECT_GT(after.graph_replays, before.graph_replays);
+  EXPECT_EQ(after.warming_windows - before.warming_windows, 2u);
   EXPECT_TRUE(strata::testing::bitwise_equal(got, run_windows(*mg, tokens, {5, 1, 12, 3})))
       << "another split on the GPU";
 }

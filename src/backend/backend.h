@@ -99,6 +99,9 @@ struct BackendCounters {
   uint64_t graph_captures = 0;  // windows recorded as a graph
   uint64_t graph_replays = 0;   // windows run by replaying a recorded graph
   uint64_t graph_kernels = 0;   // kernels run inside replayed graphs
+  // Windows of a recordable key run before its recording replays (op by op, or captured): one-time
+  // costs, not what the key's windows take (SpecGate leaves them out of T(n)).
+  uint64_t warming_windows = 0;
   // Per op, when the backend profiles (CUDA: STRATA_CUDA_PROFILE=1, windows run op by op).
   std::map<std::string, OpTime> op_times;
   uint64_t profiled_windows_discarded = 0;  // windows that read back mid-way (timings unusable)

@@ -67,7 +67,8 @@ nlohmann::ordered_json backend_json(int64_t tokens, const backend::BackendCounte
       {"ops_per_token", double(after.ops - before.ops) * per_token},
       {"graph_replays_per_token", double(after.graph_replays - before.graph_replays) * per_token},
       {"graph_kernels_per_token", double(after.graph_kernels - before.graph_kernels) * per_token},
-      {"graph_captures", after.graph_captures - before.graph_captures}};
+      {"graph_captures", after.graph_captures - before.graph_captures},
+      {"warming_windows", after.warming_windows - before.warming_windows}};
   if (after.op_times.empty()) return j;
   // The op profile (STRATA_CUDA_PROFILE=1): device time per op family, slowest first.
   std::vector<std::pair<std::string, backend::OpTime>> ops;

@@ -207,8 +207,8 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
 }
 
 void Speculator::window_done(const Draft& draft, int rows, int kept, int judged, int accepted,
-                             double seconds) {
-  gate_.window_done(rows, seconds);
+                             std::optional<double> seconds) {
+  if (seconds) gate_.window_done(rows, *seconds);
   ++counts_.windows;
   counts_.tokens += kept;
   if (draft.tokens.empty()) return;

@@ -89,10 +89,12 @@ class Speculator {
     std::vector<float> probs;
   };
   Draft plan(std::span<const int32_t> history, int limit, std::span<const int32_t> forced_next = {});
-  // The window ran in `seconds` (forward plus rollback): `rows` rows of which the first `kept`
-  // stay; of its drafts, `judged` were compared with the target's choice and the first
-  // `accepted` of those stood (a generation that ends mid-window judges fewer than it drafted).
-  void window_done(const Draft& draft, int rows, int kept, int judged, int accepted, double seconds);
+  // The window ran in `seconds` (forward plus rollback; none when its time is a one-time cost,
+  // the backend warming its recording): `rows` rows of which the first `kept` stay; of its
+  // drafts, `judged` were compared with the target's choice and the first `accepted` of those
+  // stood (a generation that ends mid-window judges fewer than it drafted).
+  void window_done(const Draft& draft, int rows, int kept, int judged, int accepted,
+                   std::optional<double> seconds);
   // A token entered the history (prompt tokens go through start()).
   void push(int32_t token) { suffix_.append(token); }
   // The MTP head drafts from the trunk's hidden states: forwards should fill

@@ -103,6 +103,7 @@ void WindowGraphs::begin(uint64_t key) {
     return;
   }
   Seen& seen = seen_[key];
+  ++counters_.warming_windows;
   if (seen.eager_windows++ < kEagerWindowsBeforeCapture) return;
   capturing_ = Graph{};
   graph_ = &capturing_;
