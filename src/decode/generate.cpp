@@ -241,7 +241,9 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
   int64_t rows = 1;
   int64_t base = state_.n_past - 1;  // positions before the window's first row
   auto window_start = Clock::now();
-  uint64_t warming_before = model_.backend().counters().warming_windows;
+  // Windows that warm a recording (speculation's timings leave them out); read only when drafting.
+  auto warming_windows = [&] { return speculator_.enabled() ? model_.backend().counters().warming_windows : 0; };
+  uint64_t warming_before = warming_windows();
   bool done = result.tokens.size() >= limit;
   while (!done) {
     int64_t kept = rows;
@@ -281,7 +283,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
       tokens_.insert(tokens_.end(), window.begin(), window.begin() + std::ptrdiff_t(kept));
       tm.decode_tokens += kept;
       // A window that ran before its key's recording replays costs what it will not cost again.
-      const bool warming = model_.backend().counters().warming_windows != warming_before;
+      const bool warming = warming_windows() != warming_before;
       speculator_.window_done(draft, int(rows), int(kept), judged, accepted,
                               warming ? std::nullopt : std::optional(seconds_since(window_start)));
     }
@@ -296,7 +298,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     window.insert(window.end(), draft.tokens.begin(), draft.tokens.end());
     rows = int64_t(window.size());
     base = state_.n_past;
-    warming_before = model_.backend().counters().warming_windows;
+    warming_before = warming_windows();
     window_start = Clock::now();
     logits = model_.forward(window, state_, rows > 1 ? model::LogitsMode::All : model::LogitsMode::Last,
                             {.journal = rows > 1 ? &speculator_.journal() : nullptr, .hidden = hidden_ptr});
