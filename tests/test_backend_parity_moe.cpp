@@ -4,6 +4,9 @@
 // two-step MoE equals the one-step one however the pairs are chunked, and the MoE equals its own
 // per-pair composition from the backend's matmul and swiglu, bit for bit).
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "backend_test_util.h"
@@ -195,6 +198,49 @@ TEST_P(WeightOps, RouterSoftmaxTopK) {
   }
   Tensor lt = be().alloc(2, 8);
   expect_throws_naming([&] { route(be(), lt, 9, true); }, "top_k");
+}
+
+// Each row's greedy choice in backend memory, read back: the indices and the probabilities.
+std::pair<std::vector<int32_t>, Floats> greedy(Backend& b, const Tensor& logits) {
+  const Ids index = b.alloc_ids(logits.rows, 1);
+  const Tensor prob = b.alloc(logits.rows, 1);
+  b.argmax(logits, index, prob);
+  std::vector<int32_t> ids(size_t(logits.rows));
+  b.download_ids(index, ids.data());
+  return {ids, read(b, prob)};
+}
+
+TEST_P(WeightOps, Argmax) {
+  // 248320: the flagship's vocabulary (the kernel's threads stride it); odd widths leave a
+  // partial last stride.
+  for (const int64_t V : {int64_t(1), int64_t(37), int64_t(1025), int64_t(248320)}) {
+    SCOPED_TRACE(::testing::Message() << "V " << V);
+    const int64_t T = 5;
+    Floats logits = normal_floats(size_t(T * V), uint64_t(V), 3.0f);
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    // Row 1: a tie at the top (the lower column wins); row 2: NaNs around the largest; row 3:
+    // all NaN (-1); row 4: an infinity (probability 1).
+    for (const int64_t c : {V - 1, V / 2, int64_t(0)}) logits[size_t(V + c)] = 50.0f;
+    for (int64_t c = 0; c < V; c += 3) logits[size_t(2 * V + c)] = nan;
+    for (int64_t c = 0; c < V; ++c) logits[size_t(3 * V + c)] = nan;
+    logits[size_t(4 * V + V / 3)] = inf;
+    Tensor lt = make(be(), T, V, logits), lr = make(ref(), T, V, logits);
+    const auto [index, prob] = greedy(be(), lt);
+    const auto [want_index, want_prob] = greedy(ref(), lr);
+    EXPECT_EQ(index, want_index);
+    EXPECT_EQ(index[1], 0);
+    EXPECT_EQ(index[3], -1);
+    EXPECT_EQ(index[4], V / 3);
+    expect_close(prob, want_prob, 2e-6 * std::log2(double(V) + 1), 0, "argmax probability vs cpu");
+    for (int64_t r = 0; r < T; ++r) {  // T rows vs one-row calls
+      const auto [one, one_prob] = greedy(be(), lt.rows_view(r, 1));
+      EXPECT_EQ(one[0], index[size_t(r)]);
+      EXPECT_EQ(0, std::memcmp(&one_prob[0], &prob[size_t(r)], 4));
+    }
+  }
+  Tensor lt = be().alloc(2, 8);
+  expect_throws_naming([&] { be().argmax(lt, be().alloc_ids(1, 1), be().alloc(2, 1)); }, "argmax");
+  expect_throws_naming([&] { be().argmax(lt, be().alloc_ids(2, 1), be().alloc(2, 2)); }, "argmax");
 }
 
 // Experts of random formats, random routing; owned by the test.

@@ -96,6 +96,11 @@ TEST_F(Generate, GreedyEqualsArgmaxStepByStep) {
   EXPECT_EQ(result.telemetry.prompt_tokens, int64_t(prompt.size()));
   EXPECT_EQ(result.telemetry.generated_tokens, int64_t(result.tokens.size()));
   EXPECT_EQ(run(prompt, greedy(24)).tokens, result.tokens);
+  // The run above chose on the backend (Backend::argmax); a logits filter brings every row back
+  // to the host sampler, which chooses the same.
+  GenerateParams host = greedy(24);
+  host.logits_filter = [](std::span<float>) {};
+  EXPECT_EQ(run(prompt, host).tokens, result.tokens);
 }
 
 TEST_F(Generate, SameSeedSameTokens) {

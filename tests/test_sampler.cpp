@@ -4,9 +4,11 @@
 #include <map>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "decode/sampler.h"
 #include "decode/stop.h"
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace strata::decode {
 namespace {
@@ -30,6 +32,35 @@ TEST(Sampler, GreedyIgnoresNaN) {
   EXPECT_EQ(s.sample(logits, {}), 1);
   const std::vector<float> all_nan = {NAN, NAN, NAN};
   EXPECT_THROW(s.sample(all_nan, {}), Error);
+}
+
+// The backends' argmax op (what greedy decoding reads instead of logits) is the greedy sampler's
+// choice on any row, NaNs and ties included, and its probability the row's softmax at that token.
+TEST(Sampler, BackendArgmaxIsTheGreedyChoice) {
+  backend::CpuBackend be(1);
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    Rng rng(seed);
+    const int64_t V = 1 + int64_t(rng.below(300));
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (float& l : logits) l = float(int(rng.below(7))) - 3.0f;  // few values: many ties
+    for (int64_t i = 0; i < V; i += 1 + int64_t(rng.below(5)))
+      if (rng.below(3) == 0) logits[size_t(i)] = NAN;
+    logits[size_t(rng.below(uint32_t(V)))] = 0.5f;  // at least one real value
+    backend::Tensor x = be.alloc(1, V), prob = be.alloc(1, 1);
+    be.upload(logits.data(), x);
+    const backend::Ids index = be.alloc_ids(1, 1);
+    be.argmax(x, index, prob);
+    int32_t got = 0;
+    be.download_ids(index, &got);
+    Sampler s({}, V);
+    ASSERT_EQ(got, s.sample(logits, {})) << "seed " << seed;
+    double sum = 0;
+    for (float l : logits)
+      if (!std::isnan(l)) sum += std::exp(double(l) - double(logits[size_t(got)]));
+    float p = 0;
+    be.download(prob, &p);
+    EXPECT_NEAR(p, 1.0 / sum, 1e-6);
+  }
 }
 
 TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {

@@ -164,6 +164,14 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
 
   const auto prefill_start = Clock::now();
   std::vector<float> logits;
+  // Plain greedy choices are made by the backend where the logits are, so a token per row comes
+  // back instead of n_vocab floats; whatever reads or edits the logits (penalties, sampling, a
+  // constraint, typical acceptance) takes the rows.
+  std::vector<model::Greedy> choices;
+  std::vector<model::Greedy>* greedy = params.sampling.plain_greedy() && !params.logits_filter &&
+                                               !speculator_.options().typical
+                                           ? &choices
+                                           : nullptr;
   // The MTP head reads the trunk's hidden state of every position.
   std::vector<float> hidden;
   std::vector<float>* hidden_ptr = speculator_.wants_hidden() ? &hidden : nullptr;
@@ -181,7 +189,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     int64_t count = std::min(params.batch, n - first);
     if (keep > first && keep < first + count) count = keep - first;
     const auto window = prompt.subspan(size_t(first), size_t(count));
-    logits = model_.forward(window, state_, model::LogitsMode::Last, {.hidden = hidden_ptr});
+    logits = model_.forward(window, state_, model::LogitsMode::Last, {.hidden = hidden_ptr, .greedy = greedy});
     if (hidden_ptr) speculator_.observe(first, hidden);
     tokens_.insert(tokens_.end(), window.begin(), window.end());
     first += count;
@@ -203,11 +211,18 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     result.text += text;
     if (on_piece) on_piece(text);
   };
-  // The token for the next position from its logits row: the sampler's choice keyed by the
-  // position (so drafted and plain windows draw the same numbers), or the forced text's token.
-  const auto choose = [&](std::span<float> row) {
-    if (params.logits_filter) params.logits_filter(row);
-    const int32_t id = sampler.sample_at(row, history, history.size());
+  // The token for the next position from the last window's row r: the sampler's choice keyed by
+  // the position (so drafted and plain windows draw the same numbers), or the forced text's token.
+  const auto choose = [&](int64_t r) {
+    int32_t id;
+    if (greedy) {
+      id = choices.at(size_t(r)).token;
+      if (id < 0) fail("sampling: every logit is NaN");
+    } else {
+      const auto row = std::span(logits).subspan(size_t(r * n_vocab), size_t(n_vocab));
+      if (params.logits_filter) params.logits_filter(row);
+      id = sampler.sample_at(row, history, history.size());
+    }
     if (!params.forced.empty()) return params.forced[result.tokens.size()];
     return id;
   };
@@ -255,7 +270,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
         done = true;
         break;
       }
-      const int32_t id = choose(std::span(logits).subspan(size_t(r * n_vocab), size_t(n_vocab)));
+      const int32_t id = choose(r);
       int32_t taken = id;
       const bool drafted = r + 1 < rows;
       if (drafted && id != window[size_t(r + 1)] && speculator_.options().typical &&
@@ -301,7 +316,9 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     warming_before = warming_windows();
     window_start = Clock::now();
     logits = model_.forward(window, state_, rows > 1 ? model::LogitsMode::All : model::LogitsMode::Last,
-                            {.journal = rows > 1 ? &speculator_.journal() : nullptr, .hidden = hidden_ptr});
+                            {.journal = rows > 1 ? &speculator_.journal() : nullptr,
+                             .hidden = hidden_ptr,
+                             .greedy = greedy});
     ++tm.decode_steps;
   }
   if (!stops.stopped()) {

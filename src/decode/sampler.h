@@ -25,6 +25,12 @@ struct SamplingParams {
 
   // Throws strata::Error naming the parameter that is out of range.
   void validate() const;
+  // Whether the choice is the logits' argmax as they come (greedy, no penalties): what
+  // Backend::argmax computes where the logits are.
+  bool plain_greedy() const {
+    return temperature <= 0.0f && repetition_penalty == 1.0f && presence_penalty == 0.0f &&
+           frequency_penalty == 0.0f;
+  }
 };
 
 class Sampler {

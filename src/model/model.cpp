@@ -65,7 +65,9 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   const KeyPart part{T, mode, &state};
   BackendWindow backend_window(backend_, window_key(std::span(&part, 1), dump_ != nullptr,
                                                     host_steps(route_ != nullptr, *experts_),
-                                                    {.hidden = extras.hidden != nullptr, .journal = extras.journal}));
+                                                    {.hidden = extras.hidden != nullptr,
+                                                     .greedy = extras.greedy != nullptr,
+                                                     .journal = extras.journal}));
   // The window's scratch lives inside the recording: its allocations repeat with its ops.
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
   w.route = route_.get();
@@ -106,15 +108,15 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   w.dump("final_norm", -1, h);
   Tensor logits = keep(h.rows, c.n_vocab);
   backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)
+  WindowLogits out(backend_, extras.greedy);
+  out.choose(keep, logits);
   backend_window.end();
   if (extras.hidden) {
     extras.hidden->resize(size_t(hidden.rows * hidden.cols));
     backend_.download(hidden, extras.hidden->data());
   }
-  std::vector<float> out(size_t(h.rows * c.n_vocab));
-  backend_.download(logits, out.data());
   state.n_past += T;
-  return out;
+  return out.read(logits);
 }
 
 std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRows> sequences) {

@@ -34,6 +34,13 @@ using DumpFn =
 class RouteControl;
 class Journal;
 
+// A logits row's greedy choice, made where the logits are (Backend::argmax): the token (-1 when
+// every logit is NaN) and its softmax probability.
+struct Greedy {
+  int32_t token;
+  float prob;
+};
+
 // What a forward() may do besides the logits.
 struct ForwardExtras {
   // Records what rolling the window back needs (journal.h); Model::rollback undoes rows.
@@ -42,6 +49,9 @@ struct ForwardExtras {
   // the output norm's result (qwen3next family), or qwen4exp's hc_count residual streams
   // before the final mixer.
   std::vector<float>* hidden = nullptr;
+  // Receives each logits row's greedy choice instead of the rows (forward() then returns none):
+  // a token and a probability per row come back from the backend, not n_vocab floats.
+  std::vector<Greedy>* greedy = nullptr;
 };
 
 class Model {
@@ -81,12 +91,14 @@ class Model {
   // state.n_past + t, as ForwardExtras::hidden gives it, or a previous head step's *hidden_out
   // row) with tokens[t], the token that followed that position, and predicts the token after
   // tokens[t]. Returns logits [T or 1, n_vocab]; *hidden_out receives every row's output hidden
-  // state [T, hidden_cols()] for a chained next step. Throws strata::Error when the model has no
-  // MTP block, for a bad hidden size or a window past the state's context.
+  // state [T, hidden_cols()] for a chained next step; with `greedy`, each logits row's greedy
+  // choice comes back instead of the logits (as ForwardExtras::greedy). Throws strata::Error when
+  // the model has no MTP block, for a bad hidden size or a window past the state's context.
   bool has_mtp() const { return config_.n_mtp > 0; }
   State new_mtp_state(int64_t n_ctx) const { return State(backend_, config_, n_ctx, State::Kind::Mtp); }
   std::vector<float> mtp_forward(std::span<const int32_t> tokens, std::span<const float> hidden,
-                                 State& state, LogitsMode mode, std::vector<float>* hidden_out);
+                                 State& state, LogitsMode mode, std::vector<float>* hidden_out,
+                                 std::vector<Greedy>* greedy = nullptr);
 
   // One sequence's part of a shared window.
   struct SequenceRows {

@@ -18,7 +18,8 @@
 namespace strata::model {
 
 std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span<const float> hidden,
-                                      State& state, LogitsMode mode, std::vector<float>* hidden_out) {
+                                      State& state, LogitsMode mode, std::vector<float>* hidden_out,
+                                      std::vector<Greedy>* greedy) {
   const ModelConfig& c = config_;
   const int64_t T = int64_t(tokens.size()), n = c.n_embd, hcols = hidden_cols();
   if (!has_mtp()) fail("mtp: the model has no MTP block (nextn_predict_layers is 0)");
@@ -36,7 +37,8 @@ std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span
   const KeyPart part{T, mode, &state};
   BackendWindow backend_window(backend_, window_key(std::span(&part, 1), dump_ != nullptr,
                                                     host_steps(false, *experts_),
-                                                    {.mtp = true, .hidden = hidden_out != nullptr}));
+                                                    {.mtp = true, .hidden = hidden_out != nullptr,
+                                                     .greedy = greedy != nullptr}));
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
   for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
   const int64_t il = c.n_layer;  // the first MTP block; chained steps reuse it
@@ -73,15 +75,15 @@ std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span
   w.dump("mtp_out", -1, out);
   Tensor logits = keep(out.rows, c.n_vocab);
   backend_.matmul(weights_.output, out, logits);  // the shared lm_head
+  WindowLogits result(backend_, greedy);
+  result.choose(keep, logits);
   backend_window.end();
   if (hidden_out) {
     hidden_out->resize(size_t(hidden_rows.rows * hidden_rows.cols));
     backend_.download(hidden_rows, hidden_out->data());
   }
-  std::vector<float> result(size_t(out.rows * c.n_vocab));
-  backend_.download(logits, result.data());
   state.n_past += T;
-  return result;
+  return result.read(logits);
 }
 
 }  // namespace strata::model

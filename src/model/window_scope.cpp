@@ -14,7 +14,7 @@ uint64_t address(const void* p) { return uint64_t(reinterpret_cast<uintptr_t>(p)
 uint64_t window_key(std::span<const KeyPart> parts, bool dumps, bool host_steps, const KeyExtras& extras) {
   if (dumps) return 0;
   uint64_t h = mix(mix(0xcbf29ce484222325ull, uint64_t(parts.size())), host_steps ? 1 : 0);
-  h = mix(mix(h, extras.mtp ? 1 : 0), extras.hidden ? 1 : 0);
+  h = mix(mix(mix(h, extras.mtp ? 1 : 0), extras.hidden ? 1 : 0), extras.greedy ? 1 : 0);
   // The journal's copies have fixed addresses in a recording: a new layout is a new key.
   if (extras.journal) h = mix(h, extras.journal->layout());
   for (const KeyPart& p : parts) {
@@ -28,6 +28,28 @@ uint64_t window_key(std::span<const KeyPart> parts, bool dumps, bool host_steps,
 
 bool host_steps(bool routed, const experts::ExpertSource& source) {
   return routed || source.all_resident(0).empty() || source.wants_read_ahead();
+}
+
+void WindowLogits::choose(Scratch& keep, const backend::Tensor& logits) {
+  if (!greedy_) return;
+  index_ = keep.ids(logits.rows, 1);
+  prob_ = keep(logits.rows, 1);
+  be_.argmax(logits, index_, prob_);
+}
+
+std::vector<float> WindowLogits::read(const backend::Tensor& logits) {
+  if (!greedy_) {
+    std::vector<float> rows(size_t(logits.rows * logits.cols));
+    be_.download(logits, rows.data());
+    return rows;
+  }
+  std::vector<int32_t> tokens(size_t(index_.rows));
+  std::vector<float> probs(tokens.size());
+  be_.download_ids(index_, tokens.data());
+  be_.download(prob_, probs.data());
+  greedy_->clear();
+  for (size_t r = 0; r < tokens.size(); ++r) greedy_->push_back({tokens[r], probs[r]});
+  return {};
 }
 
 }  // namespace strata::model

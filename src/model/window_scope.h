@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "backend/backend.h"
 #include "experts/expert_source.h"
+#include "model/forward_common.h"
 #include "model/model.h"
 #include "model/state.h"
 
@@ -21,10 +23,10 @@ struct KeyPart {
 };
 
 // What else shapes a window's ops: a window of the MTP head (its block and head instead of the
-// trunk), whether every row's hidden state is kept, the journal whose copies a speculative window
-// writes.
+// trunk), whether every row's hidden state is kept, whether the rows' greedy choices are made in
+// the window, the journal whose copies a speculative window writes.
 struct KeyExtras {
-  bool mtp = false, hidden = false;
+  bool mtp = false, hidden = false, greedy = false;
   const Journal* journal = nullptr;
 };
 
@@ -71,6 +73,23 @@ class BackendWindow {
  private:
   backend::Backend& be_;
   bool open_ = true;
+};
+
+// What a window gives back from its LM head: every logits row, or (greedy) each row's choice,
+// made by an op inside the window so that only a token and a probability per row are read back.
+class WindowLogits {
+ public:
+  WindowLogits(backend::Backend& be, std::vector<Greedy>* greedy) : be_(be), greedy_(greedy) {}
+  // Inside the window, after the LM head; `keep` outlives the window's end.
+  void choose(Scratch& keep, const backend::Tensor& logits);
+  // After the window: the logits rows, or none when greedy (*greedy holds the choices).
+  std::vector<float> read(const backend::Tensor& logits);
+
+ private:
+  backend::Backend& be_;
+  std::vector<Greedy>* greedy_;
+  backend::Ids index_;
+  backend::Tensor prob_;
 };
 
 }  // namespace strata::model

@@ -2,26 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 
-#include "decode/sampler.h"
 #include "util/error.h"
 
 namespace strata::spec {
-
-namespace {
-
-// The argmax and its softmax probability.
-std::pair<int32_t, float> best_with_prob(std::span<const float> logits) {
-  const int32_t best = decode::argmax(logits);
-  const double top = logits[size_t(best)];
-  double sum = 0;
-  for (float l : logits)
-    if (std::isfinite(l)) sum += std::exp(double(l) - top);
-  return {best, float(1.0 / sum)};
-}
-
-}  // namespace
 
 MtpDrafter::MtpDrafter(model::Model& model, int64_t n_ctx)
     : model_(model), state_(model.new_mtp_state(n_ctx)) {}
@@ -54,7 +38,9 @@ MtpDrafter::Drafts MtpDrafter::draft(std::span<const int32_t> history, int k) {
   state_.n_past = first_;
   const auto next = history.subspan(size_t(first_ + 1), size_t(rows));
   const auto t0 = std::chrono::steady_clock::now();
-  auto logits = model_.mtp_forward(next, rows_, state_, model::LogitsMode::Last, &chain_);
+  // Only the head's greedy choice comes back from each step, not its logits.
+  std::vector<model::Greedy> best;
+  model_.mtp_forward(next, rows_, state_, model::LogitsMode::Last, &chain_, &best);
   // The catch-up rows cost one head row per token however often the head drafts; its first
   // draft comes out of the same window.
   if (rows > 1)
@@ -66,11 +52,11 @@ MtpDrafter::Drafts MtpDrafter::draft(std::span<const int32_t> history, int k) {
     if (j > 0) {
       const std::span<const float> last(chain_.end() - cols, chain_.end());
       std::vector<float> h(last.begin(), last.end());
-      logits = model_.mtp_forward(std::span(&d.tokens.back(), 1), h, state_, model::LogitsMode::Last, &chain_);
+      model_.mtp_forward(std::span(&d.tokens.back(), 1), h, state_, model::LogitsMode::Last, &chain_, &best);
     }
-    const auto [token, prob] = best_with_prob(logits);
-    d.tokens.push_back(token);
-    d.probs.push_back(prob);
+    if (best[0].token < 0) break;  // every logit NaN: no draft
+    d.tokens.push_back(best[0].token);
+    d.probs.push_back(best[0].prob);
   }
   // The chained steps' cache rows are past the sequence: the next catch-up writes them again.
   state_.n_past = n;

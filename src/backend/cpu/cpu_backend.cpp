@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/ops_argmax.h"
 #include "backend/cpu/ops_attention.h"
 #include "backend/cpu/ops_elementwise.h"
 #include "backend/cpu/ops_matmul.h"
@@ -232,6 +233,10 @@ void CpuBackend::moe_expert_outputs(const Tensor& x, const Ids& experts,
 }
 void CpuBackend::moe_combine(const Tensor& weights, const Tensor& out, Tensor y) {
   cpu::moe_combine(pool_, host_routing("moe_combine", Ids{}, &weights), out, y);
+}
+void CpuBackend::argmax(const Tensor& x, Ids index, Tensor prob) {
+  cpu::require(index.data || index.size() == 0, "argmax", "index has no storage");
+  cpu::argmax(x, {index.data, size_t(index.size())}, prob);
 }
 
 }  // namespace strata::backend

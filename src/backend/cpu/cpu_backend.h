@@ -80,6 +80,7 @@ class CpuBackend : public Backend {
   void moe_expert_outputs(const Tensor& x, const Ids& experts, std::span<const int64_t> pairs,
                           std::span<const ExpertWeights> table, Tensor out) override;
   void moe_combine(const Tensor& weights, const Tensor& out, Tensor y) override;
+  void argmax(const Tensor& x, Ids index, Tensor prob) override;
 
  private:
   cpu::ThreadPool pool_;

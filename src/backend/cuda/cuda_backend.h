@@ -273,6 +273,7 @@ class CudaBackend : public Backend {
   void moe_expert_outputs(const Tensor& x, const Ids& experts, std::span<const int64_t> pairs,
                           std::span<const ExpertWeights> table, Tensor out) override;
   void moe_combine(const Tensor& weights, const Tensor& out, Tensor y) override;
+  void argmax(const Tensor& x, Ids index, Tensor prob) override;
 
   // Windows of a key seen before are recorded as a CUDA graph and replayed (window_graphs.h).
   void begin_window(uint64_t key) override;

@@ -1,6 +1,7 @@
-// CudaBackend's weight ops: get_rows, matmul, the router and the routed experts. Checks are the
-// CPU backend's (cpu::check_weight: a format with kernels, whole blocks of the weight and of its
-// activation layout), plus that every weight is device memory from weight().
+// CudaBackend's weight ops: get_rows, matmul, the router, the routed experts, and the greedy
+// choice over the logits. Checks are the CPU backend's (cpu::check_weight: a format with kernels,
+// whole blocks of the weight and of its activation layout), plus that every weight is device
+// memory from weight().
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -169,6 +170,19 @@ void CudaBackend::route_softmax_topk(const Tensor& logits, bool renormalize, Ids
   if (logits.rows == 0) return;
   detail::launch_route_softmax_topk(impl_->ctx, logits, top_k, renormalize, experts.data,
                                     weights.data);
+}
+
+void CudaBackend::argmax(const Tensor& x, Ids index, Tensor prob) {
+  constexpr const char* op = "argmax";
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  check_tensor(op, "x", x);
+  check_tensor(op, "prob", prob);
+  require(index.size() == x.rows && (index.data || x.rows == 0) && prob.rows == x.rows &&
+              prob.cols == 1,
+          op, "x ", shape(x), " needs one index and a prob [", x.rows, " x 1], got [", index.rows,
+          " x ", index.cols, "] and ", shape(prob));
+  detail::launch_argmax(impl_->ctx, x, index.data, prob);
 }
 
 ExpertTable& CudaBackend::Impl::expert_table(std::span<const ExpertWeights> experts) {

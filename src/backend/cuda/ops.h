@@ -235,4 +235,9 @@ void launch_moe_combine(const DeviceContext& ctx, const float* weights, int64_t 
 void launch_route_softmax_topk(const DeviceContext& ctx, const Tensor& logits, int64_t top_k,
                                bool renormalize, int32_t* experts, float* weights);
 
+// ops_argmax.cu -------------------------------------------------------------------------------------
+
+// index[r] = row r's argmax (cpu/ops_argmax.h's rule), prob [rows, 1] its softmax probability.
+void launch_argmax(const DeviceContext& ctx, const Tensor& x, int32_t* index, Tensor prob);
+
 }  // namespace strata::cuda::detail
