@@ -228,6 +228,11 @@ TEST_P(WeightOps, Argmax) {
     const auto [index, prob] = greedy(be(), lt);
     const auto [want_index, want_prob] = greedy(ref(), lr);
     EXPECT_EQ(index, want_index);
+    const Ids only = be().alloc_ids(T, 1);  // the index alone (no probability wanted)
+    be().argmax(lt, only, Tensor{});
+    std::vector<int32_t> only_index(static_cast<size_t>(T));
+    be().download_ids(only, only_index.data());
+    EXPECT_EQ(only_index, index);
     EXPECT_EQ(index[1], 0);
     EXPECT_EQ(index[3], -1);
     EXPECT_EQ(index[4], V / 3);

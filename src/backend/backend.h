@@ -336,8 +336,9 @@ class Backend {
   virtual void moe_combine(const Tensor& weights, const Tensor& out, Tensor y) = 0;
   // The greedy choice where the logits are, so only a token per row comes back: index [rows, 1]
   // gets each row's column of its largest value (NaN never wins, the lowest column among equals,
-  // -1 when every value is NaN), prob [rows, 1] that value's softmax probability
-  // 1 / sum_c e^(x[r, c] - max) over the non-NaN values (1 when the largest is infinite).
+  // -1 when every value is NaN), prob [rows, 1] (or no rows: not wanted) that value's softmax
+  // probability 1 / sum_c e^(x[r, c] - max) over the non-NaN values (1 when the largest is
+  // infinite).
   virtual void argmax(const Tensor& x, Ids index, Tensor prob) = 0;
 };
 

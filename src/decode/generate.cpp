@@ -167,8 +167,8 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
   // Plain greedy choices are made by the backend where the logits are, so a token per row comes
   // back instead of n_vocab floats; whatever reads or edits the logits (penalties, sampling, a
   // constraint, typical acceptance) takes the rows.
-  std::vector<model::Greedy> choices;
-  std::vector<model::Greedy>* greedy = params.sampling.plain_greedy() && !params.logits_filter &&
+  std::vector<int32_t> choices;
+  std::vector<int32_t>* greedy = params.sampling.plain_greedy() && !params.logits_filter &&
                                                !speculator_.options().typical
                                            ? &choices
                                            : nullptr;
@@ -216,7 +216,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
   const auto choose = [&](int64_t r) {
     int32_t id;
     if (greedy) {
-      id = choices.at(size_t(r)).token;
+      id = choices.at(size_t(r));
       if (id < 0) fail("sampling: every logit is NaN");
     } else {
       const auto row = std::span(logits).subspan(size_t(r * n_vocab), size_t(n_vocab));

@@ -34,13 +34,6 @@ using DumpFn =
 class RouteControl;
 class Journal;
 
-// A logits row's greedy choice, made where the logits are (Backend::argmax): the token (-1 when
-// every logit is NaN) and its softmax probability.
-struct Greedy {
-  int32_t token;
-  float prob;
-};
-
 // What a forward() may do besides the logits.
 struct ForwardExtras {
   // Records what rolling the window back needs (journal.h); Model::rollback undoes rows.
@@ -50,8 +43,9 @@ struct ForwardExtras {
   // before the final mixer.
   std::vector<float>* hidden = nullptr;
   // Receives each logits row's greedy choice instead of the rows (forward() then returns none):
-  // a token and a probability per row come back from the backend, not n_vocab floats.
-  std::vector<Greedy>* greedy = nullptr;
+  // the backend picks (Backend::argmax; -1 when every logit is NaN), and a token per row comes
+  // back, not n_vocab floats.
+  std::vector<int32_t>* greedy = nullptr;
 };
 
 class Model {
@@ -92,13 +86,15 @@ class Model {
   // row) with tokens[t], the token that followed that position, and predicts the token after
   // tokens[t]. Returns logits [T or 1, n_vocab]; *hidden_out receives every row's output hidden
   // state [T, hidden_cols()] for a chained next step; with `greedy`, each logits row's greedy
-  // choice comes back instead of the logits (as ForwardExtras::greedy). Throws strata::Error when
+  // choice comes back instead of the logits (as ForwardExtras::greedy), and with `probs` its
+  // softmax probability. Throws strata::Error when
   // the model has no MTP block, for a bad hidden size or a window past the state's context.
   bool has_mtp() const { return config_.n_mtp > 0; }
   State new_mtp_state(int64_t n_ctx) const { return State(backend_, config_, n_ctx, State::Kind::Mtp); }
   std::vector<float> mtp_forward(std::span<const int32_t> tokens, std::span<const float> hidden,
                                  State& state, LogitsMode mode, std::vector<float>* hidden_out,
-                                 std::vector<Greedy>* greedy = nullptr);
+                                 std::vector<int32_t>* greedy = nullptr,
+                                 std::vector<float>* probs = nullptr);
 
   // One sequence's part of a shared window.
   struct SequenceRows {

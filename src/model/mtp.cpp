@@ -19,7 +19,7 @@ namespace strata::model {
 
 std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span<const float> hidden,
                                       State& state, LogitsMode mode, std::vector<float>* hidden_out,
-                                      std::vector<Greedy>* greedy) {
+                                      std::vector<int32_t>* greedy, std::vector<float>* probs) {
   const ModelConfig& c = config_;
   const int64_t T = int64_t(tokens.size()), n = c.n_embd, hcols = hidden_cols();
   if (!has_mtp()) fail("mtp: the model has no MTP block (nextn_predict_layers is 0)");
@@ -75,7 +75,7 @@ std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span
   w.dump("mtp_out", -1, out);
   Tensor logits = keep(out.rows, c.n_vocab);
   backend_.matmul(weights_.output, out, logits);  // the shared lm_head
-  WindowLogits result(backend_, greedy);
+  WindowLogits result(backend_, greedy, probs);
   result.choose(keep, logits);
   backend_window.end();
   if (hidden_out) {

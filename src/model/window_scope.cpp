@@ -33,7 +33,7 @@ bool host_steps(bool routed, const experts::ExpertSource& source) {
 void WindowLogits::choose(Scratch& keep, const backend::Tensor& logits) {
   if (!greedy_) return;
   index_ = keep.ids(logits.rows, 1);
-  prob_ = keep(logits.rows, 1);
+  if (probs_) prob_ = keep(logits.rows, 1);
   be_.argmax(logits, index_, prob_);
 }
 
@@ -43,12 +43,12 @@ std::vector<float> WindowLogits::read(const backend::Tensor& logits) {
     be_.download(logits, rows.data());
     return rows;
   }
-  std::vector<int32_t> tokens(size_t(index_.rows));
-  std::vector<float> probs(tokens.size());
-  be_.download_ids(index_, tokens.data());
-  be_.download(prob_, probs.data());
-  greedy_->clear();
-  for (size_t r = 0; r < tokens.size(); ++r) greedy_->push_back({tokens[r], probs[r]});
+  greedy_->resize(size_t(index_.rows));
+  be_.download_ids(index_, greedy_->data());
+  if (probs_) {
+    probs_->resize(greedy_->size());
+    be_.download(prob_, probs_->data());
+  }
   return {};
 }
 

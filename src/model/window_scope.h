@@ -76,10 +76,12 @@ class BackendWindow {
 };
 
 // What a window gives back from its LM head: every logits row, or (greedy) each row's choice,
-// made by an op inside the window so that only a token and a probability per row are read back.
+// made by an op inside the window so that only a token (and, when asked, its probability) per row
+// is read back.
 class WindowLogits {
  public:
-  WindowLogits(backend::Backend& be, std::vector<Greedy>* greedy) : be_(be), greedy_(greedy) {}
+  WindowLogits(backend::Backend& be, std::vector<int32_t>* greedy, std::vector<float>* probs = nullptr)
+      : be_(be), greedy_(greedy), probs_(probs) {}
   // Inside the window, after the LM head; `keep` outlives the window's end.
   void choose(Scratch& keep, const backend::Tensor& logits);
   // After the window: the logits rows, or none when greedy (*greedy holds the choices).
@@ -87,7 +89,8 @@ class WindowLogits {
 
  private:
   backend::Backend& be_;
-  std::vector<Greedy>* greedy_;
+  std::vector<int32_t>* greedy_;
+  std::vector<float>* probs_;
   backend::Ids index_;
   backend::Tensor prob_;
 };

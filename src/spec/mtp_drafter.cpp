@@ -39,8 +39,9 @@ MtpDrafter::Drafts MtpDrafter::draft(std::span<const int32_t> history, int k) {
   const auto next = history.subspan(size_t(first_ + 1), size_t(rows));
   const auto t0 = std::chrono::steady_clock::now();
   // Only the head's greedy choice comes back from each step, not its logits.
-  std::vector<model::Greedy> best;
-  model_.mtp_forward(next, rows_, state_, model::LogitsMode::Last, &chain_, &best);
+  std::vector<int32_t> best;
+  std::vector<float> prob;
+  model_.mtp_forward(next, rows_, state_, model::LogitsMode::Last, &chain_, &best, &prob);
   // The catch-up rows cost one head row per token however often the head drafts; its first
   // draft comes out of the same window.
   if (rows > 1)
@@ -52,11 +53,12 @@ MtpDrafter::Drafts MtpDrafter::draft(std::span<const int32_t> history, int k) {
     if (j > 0) {
       const std::span<const float> last(chain_.end() - cols, chain_.end());
       std::vector<float> h(last.begin(), last.end());
-      model_.mtp_forward(std::span(&d.tokens.back(), 1), h, state_, model::LogitsMode::Last, &chain_, &best);
+      model_.mtp_forward(std::span(&d.tokens.back(), 1), h, state_, model::LogitsMode::Last, &chain_, &best,
+                         &prob);
     }
-    if (best[0].token < 0) break;  // every logit NaN: no draft
-    d.tokens.push_back(best[0].token);
-    d.probs.push_back(best[0].prob);
+    if (best[0] < 0) break;  // every logit NaN: no draft
+    d.tokens.push_back(best[0]);
+    d.probs.push_back(prob[0]);
   }
   // The chained steps' cache rows are past the sequence: the next catch-up writes them again.
   state_.n_past = n;

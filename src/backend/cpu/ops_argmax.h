@@ -9,7 +9,8 @@
 
 namespace strata::cpu {
 
-// index[r]: row r's argmax (-1 when all of it is NaN); prob[r, 0]: its softmax probability.
+// index[r]: row r's argmax (-1 when all of it is NaN); prob[r, 0]: its softmax probability
+// (prob without rows: not computed).
 void argmax(const Tensor& x, std::span<int32_t> index, Tensor prob);
 
 }  // namespace strata::cpu

@@ -178,8 +178,8 @@ void CudaBackend::argmax(const Tensor& x, Ids index, Tensor prob) {
   impl_->graphs.count_op(__func__);
   check_tensor(op, "x", x);
   check_tensor(op, "prob", prob);
-  require(index.size() == x.rows && (index.data || x.rows == 0) && prob.rows == x.rows &&
-              prob.cols == 1,
+  require(index.size() == x.rows && (index.data || x.rows == 0) &&
+              (prob.rows == 0 || (prob.rows == x.rows && prob.cols == 1)),
           op, "x ", shape(x), " needs one index and a prob [", x.rows, " x 1], got [", index.rows,
           " x ", index.cols, "] and ", shape(prob));
   detail::launch_argmax(impl_->ctx, x, index.data, prob);

@@ -237,7 +237,8 @@ void launch_route_softmax_topk(const DeviceContext& ctx, const Tensor& logits, i
 
 // ops_argmax.cu -------------------------------------------------------------------------------------
 
-// index[r] = row r's argmax (cpu/ops_argmax.h's rule), prob [rows, 1] its softmax probability.
+// index[r] = row r's argmax (cpu/ops_argmax.h's rule), prob [rows, 1] its softmax probability
+// (prob without rows: not computed).
 void launch_argmax(const DeviceContext& ctx, const Tensor& x, int32_t* index, Tensor prob);
 
 }  // namespace strata::cuda::detail

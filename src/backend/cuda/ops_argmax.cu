@@ -48,7 +48,7 @@ __global__ void argmax_kernel(const float* __restrict__ x, int64_t stride, int64
     for (int w = 1; w < kWarps; ++w)
       if (beats(warp_value[w], warp_index[w], best, at)) best = warp_value[w], at = warp_index[w];
     float sum = 0.0f;
-    if (at >= 0 && isfinite(best))
+    if (prob && at >= 0 && isfinite(best))
       for (int64_t c = threadIdx.x; c < cols; c += kThreads)
         if (!isnan(row[c])) sum = __fadd_rn(sum, expf(__fsub_rn(row[c], best)));
     for (int offset = 16; offset > 0; offset /= 2)
@@ -59,7 +59,7 @@ __global__ void argmax_kernel(const float* __restrict__ x, int64_t stride, int64
       float total = 0.0f;
       for (int w = 0; w < kWarps; ++w) total = __fadd_rn(total, warp_sum[w]);
       index[r] = at;
-      prob[r * prob_stride] = at >= 0 && isfinite(best) ? __fdiv_rn(1.0f, total) : 1.0f;
+      if (prob) prob[r * prob_stride] = at >= 0 && isfinite(best) ? __fdiv_rn(1.0f, total) : 1.0f;
     }
     __syncthreads();  // the shared slots are the next row's
   }
@@ -70,7 +70,8 @@ __global__ void argmax_kernel(const float* __restrict__ x, int64_t stride, int64
 void launch_argmax(const DeviceContext& ctx, const Tensor& x, int32_t* index, Tensor prob) {
   if (x.rows == 0) return;
   launch_kernel(argmax_kernel, grid_for(x.rows, 1, ctx.limits.max_blocks), kThreads, 0, ctx.stream,
-                x.data, x.stride, x.rows, x.cols, index, prob.data, prob.stride);
+                x.data, x.stride, x.rows, x.cols, index, prob.rows > 0 ? prob.data : nullptr,
+                prob.stride);
   STRATA_CUDA_CHECK_LAUNCH("argmax_kernel");
 }
 
