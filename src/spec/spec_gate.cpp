@@ -8,6 +8,9 @@ namespace strata::spec {
 
 namespace {
 constexpr int64_t kAcceptanceMemory = 16;
+// Verifications' worth of the prior in a source's pooled acceptance, and of the pooled rate in a
+// position's estimate.
+constexpr double kPriorWeight = 2;
 constexpr int64_t kTimeMemory = 8;
 constexpr int64_t kProbeEvery = 16, kProbeEveryUnmeasured = 4, kProbeEveryHopeless = 64, kWellMeasured = 3;
 constexpr int kPlainAfter = 64;
@@ -30,9 +33,25 @@ std::optional<double> SpecGate::window_seconds(int rows) const {
   return t_[1].value * (1.0 + rho() * double(rows - 1));
 }
 
+double SpecGate::pooled_acceptance(Source s) const {
+  double sum = 0, n = 0;
+  for (int j = 1; j <= kMaxDepth; ++j) {
+    const Ema& e = acc_[size_t(s)][size_t(j)];
+    const double w = double(std::min(e.count, kAcceptanceMemory));
+    sum += e.value * w;
+    n += w;
+  }
+  return (sum + o_.prior_acceptance * kPriorWeight) / (n + kPriorWeight);
+}
+
 double SpecGate::acceptance(Source s, int j) const {
+  // A position's few verifications are a noisy estimate: they count as what they are worth
+  // against the source's pooled rate (kPriorWeight verifications' worth), so one early rejection
+  // does not read as "never accepted" and turn drafting off for a long while, and a deep position
+  // (judged only when the ones before it stood) does not swing the pick on a handful of draws.
   const Ema& e = acc_[size_t(s)][size_t(j)];
-  return e.count > 0 ? e.value : o_.prior_acceptance;
+  const double w = double(std::min(e.count, kAcceptanceMemory));
+  return (e.value * w + pooled_acceptance(s) * kPriorWeight) / (w + kPriorWeight);
 }
 
 int64_t SpecGate::judged(Source s, int j) const { return acc_[size_t(s)][size_t(j)].count; }
@@ -109,8 +128,9 @@ Pick SpecGate::pick(Source s, int available, std::span<const float> probs) {
   }
   if (available == 0 || o_.max_depth == 0) return p;
   ++picks_;
-  // T(1) first: nothing can be weighed against an unmeasured plain step.
-  if (t_[1].count == 0 || drafted_in_a_row_ >= kPlainAfter) {
+  // T(1) first, from a few windows: every value is weighed against it, and one noisy sample
+  // can make drafting look free.
+  if (t_[1].count < kWellMeasured || drafted_in_a_row_ >= kPlainAfter) {
     p.forced_plain = drafted_in_a_row_ >= kPlainAfter;
     drafted_in_a_row_ = 0;
     return p;

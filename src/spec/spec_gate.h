@@ -3,9 +3,11 @@
 // It only changes how many rows a window has, never a token.
 //
 // Per draft source and draft position j it keeps a_j = P(draft j accepted | drafts before it
-// accepted) as an EMA over verifications (memory 16), and per row count n the wall time T(n) of
-// a window as an EMA (memory 8; unmeasured n are extrapolated from a fitted slope rho,
-// T(n) ~ T(1) (1 + rho (n - 1))). For k drafts
+// accepted) as an EMA over verifications (memory 16), shrunk towards the source's rate pooled over
+// all positions (worth 2 verifications, itself shrunk towards the prior), so a position judged a
+// few times is not read as its few draws; and per row count n the wall time T(n) of a window as
+// an EMA (memory 8; unmeasured n are extrapolated from a fitted slope rho,
+// T(n) ~ T(1) (1 + rho (n - 1))). Nothing is drafted before T(1) has 3 timings. For k drafts
 //   E(k) = 1 + a1 + a1 a2 + ... + a1...ak     (tokens a window yields)
 //   cost(k) = (T(k + 1) + (k - 1) d) / T(1)   (d: the source's drafting time per token)
 // and the pick is k = argmax E(k) / cost(k), drafting only when that beats 1. A probe now and
@@ -98,6 +100,8 @@ class SpecGate {
 
  private:
   double a(Source s, int j, std::span<const float> probs) const;
+  // The acceptance over every position of source s, the prior counting as kPriorWeight draws.
+  double pooled_acceptance(Source s) const;
   double expected_tokens(Source s, int k, std::span<const float> probs) const;  // E(k)
   int best(Source s, int available, std::span<const float> probs, double* value) const;
 
