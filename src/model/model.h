@@ -87,8 +87,8 @@ class Model {
   // tokens[t]. Returns logits [T or 1, n_vocab]; *hidden_out receives every row's output hidden
   // state [T, hidden_cols()] for a chained next step; with `greedy`, each logits row's greedy
   // choice comes back instead of the logits (as ForwardExtras::greedy), and with `probs` its
-  // softmax probability. Throws strata::Error when
-  // the model has no MTP block, for a bad hidden size or a window past the state's context.
+  // softmax probability. Throws strata::Error when the model has no MTP block, for a bad hidden
+  // size or a window past the state's context.
   bool has_mtp() const { return config_.n_mtp > 0; }
   State new_mtp_state(int64_t n_ctx) const { return State(backend_, config_, n_ctx, State::Kind::Mtp); }
   std::vector<float> mtp_forward(std::span<const int32_t> tokens, std::span<const float> hidden,

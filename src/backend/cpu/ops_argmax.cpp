@@ -9,9 +9,9 @@ void argmax(const Tensor& x, std::span<int32_t> index, Tensor prob) {
   check_tensor(op, "x", x);
   check_tensor(op, "prob", prob);
   const bool probs = prob.rows > 0;
-  require(int64_t(index.size()) == x.rows && (!probs || (prob.rows == x.rows && prob.cols == 1)), op, "x ",
-          shape(x), " needs one index and a prob [", x.rows, " x 1], got ", index.size(),
-          " and ", shape(prob));
+  require(int64_t(index.size()) == x.rows && (!probs || (prob.rows == x.rows && prob.cols == 1)),
+          op, "x ", shape(x), " needs one index and a prob [", x.rows, " x 1], got ",
+          index.size(), " and ", shape(prob));
   for (int64_t r = 0; r < x.rows; ++r) {
     const float* row = x.data + r * x.stride;
     int32_t best = -1;
