@@ -248,6 +248,58 @@ TEST_P(WeightOps, Argmax) {
   expect_throws_naming([&] { be().argmax(lt, be().alloc_ids(2, 1), be().alloc(2, 2)); }, "argmax");
 }
 
+// Each row's top-k candidates in backend memory, read back.
+std::pair<std::vector<int32_t>, Floats> top(Backend& b, const Tensor& logits, int64_t k) {
+  const Ids index = b.alloc_ids(logits.rows, k);
+  const Tensor values = b.alloc(logits.rows, k);
+  b.top_k(logits, index, values);
+  std::vector<int32_t> ids(size_t(logits.rows * k));
+  b.download_ids(index, ids.data());
+  return {ids, read(b, values)};
+}
+
+TEST_P(WeightOps, TopK) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const int64_t V : {int64_t(1), int64_t(37), int64_t(1025), int64_t(248320)}) {
+    for (const int64_t k : {int64_t(1), int64_t(20), int64_t(64), Backend::kMaxTopK}) {
+      SCOPED_TRACE(::testing::Message() << "V " << V << " k " << k);
+      const int64_t T = 6;
+      Floats logits = normal_floats(size_t(T * V), uint64_t(V * 7 + k), 3.0f);
+      // Row 1: few distinct values (ties across the threshold, the lower columns first) and zeros
+      // of both signs; row 2: NaNs; row 3: all NaN; row 4: infinities; row 5: fewer non-NaN
+      // values than k.
+      for (int64_t c = 0; c < V; ++c) logits[size_t(V + c)] = float(c * 7919 % 5 - 2);
+      for (int64_t c = 0; c < V; c += 4) logits[size_t(V + c)] = c % 8 ? 0.0f : -0.0f;
+      for (int64_t c = 0; c < V; c += 3) logits[size_t(2 * V + c)] = nan;
+      for (int64_t c = 0; c < V; ++c) logits[size_t(3 * V + c)] = nan;
+      logits[size_t(4 * V + V / 3)] = inf;
+      logits[size_t(4 * V + V / 2)] = -inf;
+      for (int64_t c = 0; c < V; ++c)
+        if (c % 97 != 5) logits[size_t(5 * V + c)] = nan;
+      Tensor lt = make(be(), T, V, logits), lr = make(ref(), T, V, logits);
+      const auto [index, values] = top(be(), lt, k);
+      const auto [want_index, want_values] = top(ref(), lr, k);
+      EXPECT_EQ(index, want_index);
+      EXPECT_EQ(0, std::memcmp(values.data(), want_values.data(), values.size() * 4));
+      for (int64_t j = 0; j < k; ++j) EXPECT_EQ(index[size_t(3 * k + j)], -1);  // all NaN
+      if (V > 1) {
+        EXPECT_EQ(index[size_t(4 * k)], V / 3);  // +inf first
+      }
+      for (int64_t r = 0; r < T; ++r) {                                          // T rows vs one-row calls
+        const auto [one, one_values] = top(be(), lt.rows_view(r, 1), k);
+        EXPECT_TRUE(std::equal(one.begin(), one.end(), index.begin() + r * k)) << "row " << r;
+        EXPECT_EQ(0, std::memcmp(one_values.data(), values.data() + r * k, size_t(k) * 4)) << "row " << r;
+      }
+    }
+  }
+  Tensor lt = be().alloc(2, 8);
+  expect_throws_naming([&] { be().top_k(lt, be().alloc_ids(2, 0), be().alloc(2, 0)); }, "top_k");
+  expect_throws_naming([&] { be().top_k(lt, be().alloc_ids(2, 3), be().alloc(2, 4)); }, "top_k");
+  expect_throws_naming([&] { be().top_k(lt, be().alloc_ids(1, 3), be().alloc(1, 3)); }, "top_k");
+  const int64_t over = Backend::kMaxTopK + 1;
+  expect_throws_naming([&] { be().top_k(lt, be().alloc_ids(2, over), be().alloc(2, over)); }, "top_k");
+}
+
 // Experts of random formats, random routing; owned by the test.
 struct Experts {
   std::vector<HostTensor> tensors;  // gate, up, down per expert

@@ -114,6 +114,13 @@ TEST_F(Generate, SameSeedSameTokens) {
   };
   const auto a = sampled(5);
   EXPECT_EQ(sampled(5), a);
+  // Top-k sampling read k candidates a row (Backend::top_k); with a logits filter the host
+  // sampler reads every row, and chooses the same.
+  GenerateParams host = greedy(16);
+  host.sampling = {.temperature = 1.0f, .top_k = 40, .top_p = 0.9f, .min_p = 0.02f, .seed = 5};
+  const auto device = run(prompt, host).tokens;
+  host.logits_filter = [](std::span<float>) {};
+  EXPECT_EQ(run(prompt, host).tokens, device);
   bool some_other_seed_differs = false;
   for (uint64_t seed = 1; seed <= 4; ++seed) some_other_seed_differs |= sampled(seed) != a;
   EXPECT_TRUE(some_other_seed_differs);

@@ -63,6 +63,61 @@ TEST(Sampler, BackendArgmaxIsTheGreedyChoice) {
   }
 }
 
+// Top-k sampling from the backends' top_k op's candidates (what sampled decoding reads instead of
+// logits) picks the token sampling the whole row picks, for any top-p, min-p, temperature and
+// position, on rows with ties, NaNs, signed zeros and infinities.
+TEST(Sampler, BackendTopKCandidatesSampleAsTheWholeRow) {
+  backend::CpuBackend be(1);
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    Rng rng(seed);
+    const int64_t V = 1 + int64_t(rng.below(400));
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (float& l : logits) l = float(int(rng.below(9))) * 0.5f - 2.0f;  // few values: many ties
+    for (int64_t i = 0; i < V; i += 1 + int64_t(rng.below(5))) {
+      const uint32_t kind = rng.below(8);
+      if (kind == 0) logits[size_t(i)] = NAN;
+      if (kind == 1) logits[size_t(i)] = -0.0f;
+      if (kind == 2) logits[size_t(i)] = -INFINITY;
+    }
+    if (rng.below(4) == 0) logits[size_t(rng.below(uint32_t(V)))] = INFINITY;
+    logits[size_t(rng.below(uint32_t(V)))] = 0.5f;  // at least one real value
+    SamplingParams p;
+    p.temperature = 0.25f + float(rng.below(8)) * 0.25f;
+    p.top_k = 1 + int32_t(rng.below(uint32_t(V + 5)));  // past V too: every value a candidate
+    p.top_p = rng.below(2) ? 1.0f : 0.3f + float(rng.below(7)) * 0.1f;
+    p.min_p = rng.below(2) ? 0.0f : 0.05f * float(rng.below(5));
+    p.seed = seed;
+    ASSERT_EQ(p.device_top_k(), p.top_k);
+    backend::Tensor x = be.alloc(1, V), values = be.alloc(1, p.top_k);
+    be.upload(logits.data(), x);
+    const backend::Ids index = be.alloc_ids(1, p.top_k);
+    be.top_k(x, index, values);
+    std::vector<int32_t> columns(static_cast<size_t>(p.top_k));
+    std::vector<float> top(columns.size());
+    be.download_ids(index, columns.data());
+    be.download(values, top.data());
+    Sampler whole(p, V), candidates(p, V);
+    for (uint64_t position = 0; position < 8; ++position)
+      ASSERT_EQ(candidates.sample_top_at(columns, top, position), whole.sample_at(logits, {}, position))
+          << "seed " << seed << " position " << position;
+  }
+}
+
+TEST(Sampler, DeviceTopKOnlyWhereTheCandidatesAreAllItReads) {
+  SamplingParams p{.temperature = 0.7f, .top_k = 20, .top_p = 0.8f};
+  EXPECT_EQ(p.device_top_k(), 20);
+  EXPECT_EQ((SamplingParams{.temperature = 0.7f, .top_p = 0.8f}).device_top_k(), 0);  // no top-k
+  EXPECT_EQ((SamplingParams{.top_k = 20}).device_top_k(), 0);                          // greedy
+  EXPECT_EQ((SamplingParams{.temperature = 0.7f, .top_k = 20, .presence_penalty = 0.5f}).device_top_k(), 0);
+  EXPECT_EQ((SamplingParams{.temperature = 0.7f, .top_k = int32_t(backend::Backend::kMaxTopK) + 1}).device_top_k(), 0);
+  Sampler s(p, 100);
+  const std::vector<int32_t> columns(19, 0);
+  const std::vector<float> values(19, 0.0f);
+  EXPECT_THROW(s.sample_top_at(columns, values, 0), Error);  // not top_k candidates
+  Sampler whole(SamplingParams{.temperature = 0.7f}, 100);
+  EXPECT_THROW(whole.sample_top_at(columns, values, 0), Error);
+}
+
 TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {
   SamplingParams p;
   p.repetition_penalty = 2.0f;

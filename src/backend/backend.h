@@ -340,6 +340,12 @@ class Backend {
   // probability 1 / sum_c e^(x[r, c] - max) over the non-NaN values (1 when the largest is
   // infinite).
   virtual void argmax(const Tensor& x, Ids index, Tensor prob) = 0;
+  // Top-k sampling where the logits are, so k candidates per row come back instead of the row:
+  // index [rows, k] and values [rows, k] get each row's k largest values in the sampler's order
+  // (value descending, the lower column first among equals, -0 equal to +0, NaN never taken), and
+  // index -1 (value -inf) past the row's non-NaN count. k is at most kMaxTopK.
+  static constexpr int64_t kMaxTopK = 1024;
+  virtual void top_k(const Tensor& x, Ids index, Tensor values) = 0;
 };
 
 // Host <-> backend conversions for the places that need host values.

@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/device_flag.h"
+#include "cli/sampling_flags.h"
 #include "cli/expert_flags.h"
 #include "cli/route_flags.h"
 #include "cli/spec_flags.h"
@@ -47,6 +48,7 @@ struct BenchOptions {
   SpecFlags spec;
   std::string continue_from;  // forced-continuation mode: the text whose tokens are the output
   int64_t parallel = 1;       // sequences sharing each decode window
+  decode::SamplingParams sampling;  // forced continuation: how the target chooses (its choice is then replaced)
 };
 
 // kB figures of /proc/self/status (or another file of "Key: N kB" lines), in bytes; 0 when absent.
@@ -234,6 +236,8 @@ void run_continue(const BenchOptions& o) {
   decode::GenerateParams p;
   p.max_tokens = o.gen_tokens;
   p.batch = o.batch;
+  p.sampling = o.sampling;
+  p.sampling.seed = o.seed;
   const auto prompt = std::span(tokens).first(size_t(o.prompt_tokens));
   p.forced.assign(tokens.begin() + o.prompt_tokens, tokens.begin() + o.prompt_tokens + o.gen_tokens);
   const auto start = m.expert_stats();
@@ -248,6 +252,8 @@ void run_continue(const BenchOptions& o) {
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["route_trace"] = o.route.trace;
   j["continue_from"] = o.continue_from;
+  j["sampling"] = {{"temperature", p.sampling.temperature}, {"top_k", p.sampling.top_k},
+                   {"top_p", p.sampling.top_p}, {"min_p", p.sampling.min_p}};
   j["text_tokens"] = tokens.size();
   j["prefill"] = {{"tokens", t.prompt_tokens}, {"seconds", t.prefill_seconds},
                   {"tok_per_s", t.prefill_tok_per_s().value_or(0.0)}};
@@ -339,6 +345,8 @@ void run_bench(const BenchOptions& o) {
   if (o.parallel < 1 || o.parallel > 64) fail("--parallel: ", o.parallel, " is outside 1..64");
   if (o.parallel > 1 && !o.continue_from.empty()) fail("--parallel: not with --continue-from");
   if (!o.continue_from.empty()) return run_continue(o);
+  if (!(o.sampling == decode::SamplingParams{}))
+    fail("--temp, --top-k, --top-p, --min-p and the penalties need --continue-from (without it no window samples)");
   if (o.parallel > 1) return run_parallel(o);
   const int64_t ctx = o.prompt_tokens + o.gen_tokens;
   decode::LoadedModel lm({.path = o.model, .device = o.device, .threads = o.threads, .ctx = ctx, .experts = source_options(o.experts)});
@@ -437,6 +445,8 @@ void add_bench_command(CLI::App& app) {
                   "Forced continuation: prompt and output are this text's tokens, drafts are verified "
                   "against them (docs/SPECULATION.md)");
   add_spec_flags(cmd, o->spec, true);
+  // Only with --continue-from, where the target still chooses (the choice's cost counts).
+  add_sampling_flags(cmd, o->sampling);
   cmd->add_option("--parallel", o->parallel,
                   "Sequences sharing each decode window (continuous batching); decode speed is their sum")
       ->capture_default_str();

@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/device_flag.h"
+#include "cli/sampling_flags.h"
 #include "cli/expert_flags.h"
 #include "cli/route_flags.h"
 #include "cli/spec_flags.h"
@@ -189,13 +190,7 @@ void add_run_command(CLI::App& app) {
   auto& s = gen.sampling;
   cmd->add_option("--max-tokens", gen.max_tokens, "Most tokens to generate per reply")
       ->capture_default_str();
-  cmd->add_option("--temp", s.temperature, "Temperature; 0 is greedy")->capture_default_str();
-  cmd->add_option("--top-k", s.top_k, "Keep the k most likely tokens; 0 is off");
-  cmd->add_option("--top-p", s.top_p, "Nucleus sampling mass; 1 is off");
-  cmd->add_option("--min-p", s.min_p, "Drop tokens below min-p times the best; 0 is off");
-  cmd->add_option("--repeat-penalty", s.repetition_penalty, "Repetition penalty; 1 is off");
-  cmd->add_option("--presence-penalty", s.presence_penalty, "Presence penalty; 0 is off");
-  cmd->add_option("--frequency-penalty", s.frequency_penalty, "Frequency penalty; 0 is off");
+  add_sampling_flags(cmd, s);
   cmd->add_option("--seed", s.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--stop", gen.stop, "Stop string (repeatable); the reply ends before it")
       ->allow_extra_args(false);

@@ -167,11 +167,13 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
   // Plain greedy choices are made by the backend where the logits are, so a token per row comes
   // back instead of n_vocab floats; whatever reads or edits the logits (penalties, sampling, a
   // constraint, typical acceptance) takes the rows.
+  // Top-k sampling likewise reads k candidates a row (Backend::top_k).
+  const bool rows_unread = !params.logits_filter && !speculator_.options().typical;
   std::vector<int32_t> choices;
-  std::vector<int32_t>* greedy = params.sampling.plain_greedy() && !params.logits_filter &&
-                                               !speculator_.options().typical
-                                           ? &choices
-                                           : nullptr;
+  std::vector<int32_t>* greedy = params.sampling.plain_greedy() && rows_unread ? &choices : nullptr;
+  model::TopLogits candidates;
+  candidates.k = params.sampling.device_top_k();
+  model::TopLogits* top_k = rows_unread && candidates.k > 0 ? &candidates : nullptr;
   // The MTP head reads the trunk's hidden state of every position.
   std::vector<float> hidden;
   std::vector<float>* hidden_ptr = speculator_.wants_hidden() ? &hidden : nullptr;
@@ -189,7 +191,8 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     int64_t count = std::min(params.batch, n - first);
     if (keep > first && keep < first + count) count = keep - first;
     const auto window = prompt.subspan(size_t(first), size_t(count));
-    logits = model_.forward(window, state_, model::LogitsMode::Last, {.hidden = hidden_ptr, .greedy = greedy});
+    logits = model_.forward(window, state_, model::LogitsMode::Last,
+                            {.hidden = hidden_ptr, .greedy = greedy, .top_k = top_k});
     if (hidden_ptr) speculator_.observe(first, hidden);
     tokens_.insert(tokens_.end(), window.begin(), window.end());
     first += count;
@@ -218,6 +221,10 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     if (greedy) {
       id = choices.at(size_t(r));
       if (id < 0) fail("sampling: every logit is NaN");
+    } else if (top_k) {
+      const size_t k = size_t(top_k->k);
+      id = sampler.sample_top_at(std::span(top_k->columns).subspan(r * k, k),
+                                 std::span(top_k->logits).subspan(r * k, k), history.size());
     } else {
       const auto row = std::span(logits).subspan(size_t(r * n_vocab), size_t(n_vocab));
       if (params.logits_filter) params.logits_filter(row);
@@ -318,7 +325,8 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     logits = model_.forward(window, state_, rows > 1 ? model::LogitsMode::All : model::LogitsMode::Last,
                             {.journal = rows > 1 ? &speculator_.journal() : nullptr,
                              .hidden = hidden_ptr,
-                             .greedy = greedy});
+                             .greedy = greedy,
+                             .top_k = top_k});
     ++tm.decode_steps;
   }
   if (!stops.stopped()) {

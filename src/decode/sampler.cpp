@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/backend.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -21,6 +22,11 @@ void SamplingParams::validate() const {
   if (!std::isfinite(frequency_penalty) || std::fabs(frequency_penalty) > 2)
     fail("sampling: frequency_penalty must be in [-2, 2], got ", frequency_penalty);
   if (penalty_last_n < -1) fail("sampling: penalty_last_n must be >= -1, got ", penalty_last_n);
+}
+
+int32_t SamplingParams::device_top_k() const {
+  const bool fits = top_k > 0 && top_k <= backend::Backend::kMaxTopK;
+  return temperature > 0.0f && fits && !penalized() ? top_k : 0;
 }
 
 int32_t argmax(std::span<const float> logits) {
@@ -90,7 +96,26 @@ int32_t Sampler::choose(std::span<const float> logits, std::span<const int32_t> 
   } else {
     std::sort(candidates_.begin(), candidates_.end(), by_logit);
   }
+  return sample_sorted(counter);
+}
 
+int32_t Sampler::sample_top_at(std::span<const int32_t> columns, std::span<const float> logits,
+                               uint64_t position) {
+  const int32_t k = params_.device_top_k();
+  if (k == 0 || columns.size() != size_t(k) || logits.size() != size_t(k))
+    fail("sampling: ", columns.size(), " top-k candidates for top_k ", params_.top_k,
+         k == 0 ? " (these parameters need the whole row)" : "");
+  candidates_.clear();
+  for (size_t i = 0; i < columns.size(); ++i) {
+    if (columns[i] < 0) break;
+    if (columns[i] >= n_vocab_) fail("sampling: candidate ", columns[i], " is outside the vocabulary of ", n_vocab_);
+    candidates_.push_back({columns[i], logits[i]});
+  }
+  if (candidates_.empty()) fail("sampling: every logit is NaN");
+  return sample_sorted(position);
+}
+
+int32_t Sampler::sample_sorted(uint64_t counter) {
   // Softmax in double over the sorted candidates, largest first, so the sum's order is fixed.
   probs_.resize(candidates_.size());
   const double top = candidates_[0].logit;

@@ -23,13 +23,21 @@ struct SamplingParams {
   int32_t penalty_last_n = 256;     // history window the penalties look at; -1: all
   uint64_t seed = 0;
 
+  bool operator==(const SamplingParams&) const = default;
   // Throws strata::Error naming the parameter that is out of range.
   void validate() const;
   // Whether the choice is the logits' argmax as they come (greedy, no penalties): what
   // Backend::argmax computes where the logits are.
   bool plain_greedy() const {
-    return temperature <= 0.0f && repetition_penalty == 1.0f && presence_penalty == 0.0f &&
-           frequency_penalty == 0.0f;
+    return temperature <= 0.0f && !penalized();
+  }
+  // The k whose top-k candidates (Backend::top_k, where the logits are) are all a sampled choice
+  // reads (temperature sampling with top-k, no penalties): 0 when it needs the whole row.
+  int32_t device_top_k() const;
+
+ private:
+  bool penalized() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
   }
 };
 
@@ -47,6 +55,9 @@ class Sampler {
   // drafted positions with the numbers plain decoding would use.
   int32_t sample_at(std::span<const float> logits, std::span<const int32_t> history,
                     uint64_t position);
+  // sample_at from a row's top-k candidates as Backend::top_k gives them (k = device_top_k(),
+  // column -1 past the row's non-NaN values): the same token as sample_at on the whole row.
+  int32_t sample_top_at(std::span<const int32_t> columns, std::span<const float> logits, uint64_t position);
 
   const SamplingParams& params() const { return params_; }
 
@@ -57,6 +68,8 @@ class Sampler {
   };
   void apply_penalties(std::span<const int32_t> history);
   int32_t choose(std::span<const float> logits, std::span<const int32_t> history, uint64_t counter);
+  // Temperature sampling over candidates_, already in the sampler's order and cut to top-k.
+  int32_t sample_sorted(uint64_t counter);
   int32_t draw(float uniform);
 
   SamplingParams params_;

@@ -67,6 +67,7 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
                                                     host_steps(route_ != nullptr, *experts_),
                                                     {.hidden = extras.hidden != nullptr,
                                                      .greedy = extras.greedy != nullptr,
+                                                     .top_k = extras.top_k ? extras.top_k->k : 0,
                                                      .journal = extras.journal}));
   // The window's scratch lives inside the recording: its allocations repeat with its ops.
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
@@ -108,7 +109,7 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   w.dump("final_norm", -1, h);
   Tensor logits = keep(h.rows, c.n_vocab);
   backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)
-  WindowLogits out(backend_, extras.greedy);
+  WindowLogits out(backend_, extras.greedy, nullptr, extras.top_k);
   out.choose(keep, logits);
   backend_window.end();
   if (extras.hidden) {

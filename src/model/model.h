@@ -34,6 +34,13 @@ using DumpFn =
 class RouteControl;
 class Journal;
 
+// A window's top-k candidates per logits row, in the sampler's order.
+struct TopLogits {
+  int32_t k = 0;                 // candidates per row, 1..Backend::kMaxTopK
+  std::vector<int32_t> columns;  // [rows * k]; -1 past a row's non-NaN logits
+  std::vector<float> logits;     // [rows * k]
+};
+
 // What a forward() may do besides the logits.
 struct ForwardExtras {
   // Records what rolling the window back needs (journal.h); Model::rollback undoes rows.
@@ -46,6 +53,9 @@ struct ForwardExtras {
   // the backend picks (Backend::argmax; -1 when every logit is NaN), and a token per row comes
   // back, not n_vocab floats.
   std::vector<int32_t>* greedy = nullptr;
+  // Receives each logits row's top_k->k largest logits instead of the rows (Backend::top_k), what
+  // top-k sampling reads (decode::Sampler::sample_top_at). Not with `greedy`.
+  TopLogits* top_k = nullptr;
 };
 
 class Model {

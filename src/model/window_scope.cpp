@@ -1,6 +1,7 @@
 #include "model/window_scope.h"
 
 #include "model/journal.h"
+#include "util/error.h"
 
 namespace strata::model {
 
@@ -15,6 +16,7 @@ uint64_t window_key(std::span<const KeyPart> parts, bool dumps, bool host_steps,
   if (dumps) return 0;
   uint64_t h = mix(mix(0xcbf29ce484222325ull, uint64_t(parts.size())), host_steps ? 1 : 0);
   h = mix(mix(mix(h, extras.mtp ? 1 : 0), extras.hidden ? 1 : 0), extras.greedy ? 1 : 0);
+  h = mix(h, uint64_t(extras.top_k));
   // The journal's copies have fixed addresses in a recording: a new layout is a new key.
   if (extras.journal) h = mix(h, extras.journal->layout());
   for (const KeyPart& p : parts) {
@@ -30,24 +32,40 @@ bool host_steps(bool routed, const experts::ExpertSource& source) {
   return routed || source.all_resident(0).empty() || source.wants_read_ahead();
 }
 
+WindowLogits::WindowLogits(backend::Backend& be, std::vector<int32_t>* greedy, std::vector<float>* probs,
+                           TopLogits* top)
+    : be_(be), greedy_(greedy), probs_(probs), top_(top) {
+  if (greedy && top) fail("forward: a window gives back greedy choices or top-k candidates, not both");
+  if (probs && !greedy) fail("forward: probabilities come only with greedy choices");
+  if (top && (top->k < 1 || top->k > backend::Backend::kMaxTopK))
+    fail("forward: top-k candidates per row must be 1..", backend::Backend::kMaxTopK, ", got ", top->k);
+}
+
 void WindowLogits::choose(Scratch& keep, const backend::Tensor& logits) {
-  if (!greedy_) return;
-  index_ = keep.ids(logits.rows, 1);
-  if (probs_) prob_ = keep(logits.rows, 1);
-  be_.argmax(logits, index_, prob_);
+  if (greedy_) {
+    index_ = keep.ids(logits.rows, 1);
+    if (probs_) values_ = keep(logits.rows, 1);
+    be_.argmax(logits, index_, values_);
+  } else if (top_) {
+    index_ = keep.ids(logits.rows, top_->k);
+    values_ = keep(logits.rows, top_->k);
+    be_.top_k(logits, index_, values_);
+  }
 }
 
 std::vector<float> WindowLogits::read(const backend::Tensor& logits) {
-  if (!greedy_) {
+  if (!greedy_ && !top_) {
     std::vector<float> rows(size_t(logits.rows * logits.cols));
     be_.download(logits, rows.data());
     return rows;
   }
-  greedy_->resize(size_t(index_.rows));
-  be_.download_ids(index_, greedy_->data());
-  if (probs_) {
-    probs_->resize(greedy_->size());
-    be_.download(prob_, probs_->data());
+  std::vector<int32_t>& index = greedy_ ? *greedy_ : top_->columns;
+  index.resize(size_t(index_.size()));
+  be_.download_ids(index_, index.data());
+  std::vector<float>* values = greedy_ ? probs_ : &top_->logits;
+  if (values) {
+    values->resize(size_t(values_.rows * values_.cols));
+    be_.download(values_, values->data());
   }
   return {};
 }

@@ -27,6 +27,7 @@ struct KeyPart {
 // the window, the journal whose copies a speculative window writes.
 struct KeyExtras {
   bool mtp = false, hidden = false, greedy = false;
+  int32_t top_k = 0;  // the rows' top-k candidates chosen in the window (0: not)
   const Journal* journal = nullptr;
 };
 
@@ -75,24 +76,26 @@ class BackendWindow {
   bool open_ = true;
 };
 
-// What a window gives back from its LM head: every logits row, or (greedy) each row's choice,
-// made by an op inside the window so that only a token (and, when asked, its probability) per row
-// is read back.
+// What a window gives back from its LM head: every logits row, or each row's greedy choice or
+// top-k candidates, chosen by an op inside the window so that only a token (and, when asked, its
+// probability) or k candidates per row are read back.
 class WindowLogits {
  public:
-  WindowLogits(backend::Backend& be, std::vector<int32_t>* greedy, std::vector<float>* probs = nullptr)
-      : be_(be), greedy_(greedy), probs_(probs) {}
+  // At most one of greedy and top; probs only with greedy. Throws strata::Error otherwise.
+  WindowLogits(backend::Backend& be, std::vector<int32_t>* greedy, std::vector<float>* probs = nullptr,
+               TopLogits* top = nullptr);
   // Inside the window, after the LM head; `keep` outlives the window's end.
   void choose(Scratch& keep, const backend::Tensor& logits);
-  // After the window: the logits rows, or none when greedy (*greedy holds the choices).
+  // After the window: the logits rows, or none when the window chose (*greedy or *top holds it).
   std::vector<float> read(const backend::Tensor& logits);
 
  private:
   backend::Backend& be_;
   std::vector<int32_t>* greedy_;
   std::vector<float>* probs_;
+  TopLogits* top_;
   backend::Ids index_;
-  backend::Tensor prob_;
+  backend::Tensor values_;  // greedy: the probabilities; top-k: the candidates' logits
 };
 
 }  // namespace strata::model

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cpu/ops_argmax.h"
+#include "backend/cpu/ops_top_k.h"
 #include "backend/cpu/ops_attention.h"
 #include "backend/cpu/ops_elementwise.h"
 #include "backend/cpu/ops_matmul.h"
@@ -237,6 +238,13 @@ void CpuBackend::moe_combine(const Tensor& weights, const Tensor& out, Tensor y)
 void CpuBackend::argmax(const Tensor& x, Ids index, Tensor prob) {
   cpu::require(index.data || index.size() == 0, "argmax", "index has no storage");
   cpu::argmax(x, {index.data, size_t(index.size())}, prob);
+}
+
+void CpuBackend::top_k(const Tensor& x, Ids index, Tensor values) {
+  cpu::require(index.data || index.size() == 0, "top_k", "index has no storage");
+  cpu::require(index.rows == values.rows && index.cols == values.cols, "top_k", "index [", index.rows, " x ",
+               index.cols, "] and values ", cpu::shape(values), " differ in shape");
+  cpu::top_k(x, {index.data, size_t(index.size())}, values);
 }
 
 }  // namespace strata::backend

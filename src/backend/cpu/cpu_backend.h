@@ -81,6 +81,7 @@ class CpuBackend : public Backend {
                           std::span<const ExpertWeights> table, Tensor out) override;
   void moe_combine(const Tensor& weights, const Tensor& out, Tensor y) override;
   void argmax(const Tensor& x, Ids index, Tensor prob) override;
+  void top_k(const Tensor& x, Ids index, Tensor values) override;
 
  private:
   cpu::ThreadPool pool_;

@@ -274,6 +274,7 @@ class CudaBackend : public Backend {
                           std::span<const ExpertWeights> table, Tensor out) override;
   void moe_combine(const Tensor& weights, const Tensor& out, Tensor y) override;
   void argmax(const Tensor& x, Ids index, Tensor prob) override;
+  void top_k(const Tensor& x, Ids index, Tensor values) override;
 
   // Windows of a key seen before are recorded as a CUDA graph and replayed (window_graphs.h).
   void begin_window(uint64_t key) override;

@@ -185,6 +185,19 @@ void CudaBackend::argmax(const Tensor& x, Ids index, Tensor prob) {
   detail::launch_argmax(impl_->ctx, x, index.data, prob);
 }
 
+void CudaBackend::top_k(const Tensor& x, Ids index, Tensor values) {
+  constexpr const char* op = "top_k";
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  check_tensor(op, "x", x);
+  check_tensor(op, "values", values);
+  require(values.rows == x.rows && values.cols >= 1 && values.cols <= kMaxTopK && index.rows == x.rows &&
+              index.cols == values.cols && (index.data || x.rows == 0),
+          op, "x ", shape(x), " needs index and values [", x.rows, " x k] with 1 <= k <= ", kMaxTopK,
+          ", got [", index.rows, " x ", index.cols, "] and ", shape(values));
+  detail::launch_top_k(impl_->ctx, x, values.cols, index.data, values);
+}
+
 ExpertTable& CudaBackend::Impl::expert_table(std::span<const ExpertWeights> experts) {
   std::vector<detail::ExpertEntry> host(experts.size());
   for (size_t e = 0; e < experts.size(); ++e) {

@@ -241,4 +241,9 @@ void launch_route_softmax_topk(const DeviceContext& ctx, const Tensor& logits, i
 // (prob without rows: not computed).
 void launch_argmax(const DeviceContext& ctx, const Tensor& x, int32_t* index, Tensor prob);
 
+// ops_top_k.cu --------------------------------------------------------------------------------------
+
+// index [rows * k] and values [rows, k]: each row's k largest values (cpu/ops_top_k.h's rule).
+void launch_top_k(const DeviceContext& ctx, const Tensor& x, int64_t k, int32_t* index, Tensor values);
+
 }  // namespace strata::cuda::detail
