@@ -300,6 +300,53 @@ TEST_P(WeightOps, TopK) {
   expect_throws_naming([&] { be().top_k(lt, be().alloc_ids(2, over), be().alloc(2, over)); }, "top_k");
 }
 
+// Each row's softmax sum in backend memory, read back.
+Floats row_sums(Backend& b, const Tensor& logits, float temperature) {
+  const Tensor sums = b.alloc(logits.rows, 1);
+  b.sampling_sums(logits, temperature, sums);
+  return read(b, sums);
+}
+
+// Bitwise the CPU's: the sampler's nucleus reads this sum in place of its own over the row.
+TEST_P(WeightOps, SamplingSums) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const int64_t V : {int64_t(1), int64_t(37), int64_t(256), int64_t(1025), int64_t(248320)}) {
+    for (const float temperature : {0.05f, 0.7f, 1.0f, 3.0f}) {
+      SCOPED_TRACE(::testing::Message() << "V " << V << " temperature " << temperature);
+      const int64_t T = 6;
+      Floats logits = normal_floats(size_t(T * V), uint64_t(V * 3 + 1), 4.0f);
+      // Row 1: zeros of both signs as the largest; row 2: NaNs; row 3: all NaN (0); row 4: an
+      // infinity (1) and -inf; row 5: values far below the largest (weights 0).
+      for (int64_t c = 0; c < V; ++c) logits[size_t(V + c)] = c % 2 ? -0.0f : -float(c % 7);
+      for (int64_t c = 0; c < V; c += 3) logits[size_t(2 * V + c)] = nan;
+      for (int64_t c = 0; c < V; ++c) logits[size_t(3 * V + c)] = nan;
+      logits[size_t(4 * V + V / 3)] = inf;
+      logits[size_t(4 * V + V / 2)] = -inf;
+      for (int64_t c = 0; c < V; ++c) logits[size_t(5 * V + c)] = c == V / 4 ? 1e4f : float(c % 100);
+      Tensor lt = make(be(), T, V, logits), lr = make(ref(), T, V, logits);
+      const Floats sums = row_sums(be(), lt, temperature), want = row_sums(ref(), lr, temperature);
+      EXPECT_EQ(0, std::memcmp(sums.data(), want.data(), sums.size() * 4));
+      EXPECT_EQ(sums[3], 0.0f);
+      if (V > 2) {
+        EXPECT_EQ(sums[4], 1.0f);
+        EXPECT_EQ(sums[5], 1.0f);
+      }
+      double exact = 0;  // row 0 against double-precision exps
+      const float max = *std::max_element(logits.begin(), logits.begin() + V);
+      for (int64_t c = 0; c < V; ++c) exact += std::exp((double(logits[size_t(c)]) - max) / temperature);
+      EXPECT_NEAR(sums[0], exact, 1e-5 * exact);
+      for (int64_t r = 0; r < T; ++r) {  // T rows vs one-row calls
+        const Floats one = row_sums(be(), lt.rows_view(r, 1), temperature);
+        EXPECT_EQ(0, std::memcmp(&one[0], &sums[size_t(r)], 4)) << "row " << r;
+      }
+    }
+  }
+  Tensor lt = be().alloc(2, 8);
+  expect_throws_naming([&] { be().sampling_sums(lt, 0.7f, be().alloc(1, 1)); }, "sampling_sums");
+  expect_throws_naming([&] { be().sampling_sums(lt, 0.7f, be().alloc(2, 2)); }, "sampling_sums");
+  expect_throws_naming([&] { be().sampling_sums(lt, 0.0f, be().alloc(2, 1)); }, "temperature");
+}
+
 // Experts of random formats, random routing; owned by the test.
 struct Experts {
   std::vector<HostTensor> tensors;  // gate, up, down per expert

@@ -121,6 +121,12 @@ TEST_F(Generate, SameSeedSameTokens) {
   const auto device = run(prompt, host).tokens;
   host.logits_filter = [](std::span<float>) {};
   EXPECT_EQ(run(prompt, host).tokens, device);
+  // Top-p without top-k: the best kMaxNucleus candidates and the row's sum (Backend::sampling_sums).
+  GenerateParams nucleus = greedy(16);
+  nucleus.sampling = {.temperature = 0.8f, .top_p = 0.9f, .seed = 5};
+  const auto nucleus_device = run(prompt, nucleus).tokens;
+  nucleus.logits_filter = [](std::span<float>) {};
+  EXPECT_EQ(run(prompt, nucleus).tokens, nucleus_device);
   bool some_other_seed_differs = false;
   for (uint64_t seed = 1; seed <= 4; ++seed) some_other_seed_differs |= sampled(seed) != a;
   EXPECT_TRUE(some_other_seed_differs);

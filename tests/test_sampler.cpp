@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/sampling_weight.h"
 #include "decode/sampler.h"
 #include "decode/stop.h"
 #include "util/error.h"
@@ -87,7 +88,7 @@ TEST(Sampler, BackendTopKCandidatesSampleAsTheWholeRow) {
     p.top_p = rng.below(2) ? 1.0f : 0.3f + float(rng.below(7)) * 0.1f;
     p.min_p = rng.below(2) ? 0.0f : 0.05f * float(rng.below(5));
     p.seed = seed;
-    ASSERT_EQ(p.device_top_k(), p.top_k);
+    ASSERT_EQ(p.device_candidates(), p.top_k);
     backend::Tensor x = be.alloc(1, V), values = be.alloc(1, p.top_k);
     be.upload(logits.data(), x);
     const backend::Ids index = be.alloc_ids(1, p.top_k);
@@ -98,24 +99,96 @@ TEST(Sampler, BackendTopKCandidatesSampleAsTheWholeRow) {
     be.download(values, top.data());
     Sampler whole(p, V), candidates(p, V);
     for (uint64_t position = 0; position < 8; ++position)
-      ASSERT_EQ(candidates.sample_top_at(columns, top, position), whole.sample_at(logits, {}, position))
+      ASSERT_EQ(candidates.sample_candidates_at(columns, top, NAN, position), whole.sample_at(logits, {}, position))
           << "seed " << seed << " position " << position;
   }
 }
 
-TEST(Sampler, DeviceTopKOnlyWhereTheCandidatesAreAllItReads) {
+// Top-p and min-p without top-k from the backends' top_k op's kMaxNucleus candidates and their
+// sampling_sums op's row sum pick the token sampling the whole row picks, on rows wider than the
+// candidates, flat ones included (the nucleus cut to kMaxNucleus tokens), with NaNs, ties and
+// infinities.
+TEST(Sampler, BackendCandidatesAndRowSumSampleAsTheWholeRow) {
+  backend::CpuBackend be(1);
+  for (uint64_t seed = 1; seed <= 120; ++seed) {
+    Rng rng(seed);
+    const int64_t V = 1 + int64_t(rng.below(seed % 3 ? 3000 : 300));
+    std::vector<float> logits(static_cast<size_t>(V));
+    const float spread = rng.below(2) ? 0.02f : 3.0f;  // nearly flat: nuclei past kMaxNucleus
+    for (float& l : logits) l = rng.normal() * spread;
+    for (int64_t i = 0; i < V; i += 1 + int64_t(rng.below(7))) {
+      const uint32_t kind = rng.below(10);
+      if (kind == 0) logits[size_t(i)] = NAN;
+      if (kind == 1) logits[size_t(i)] = -0.0f;
+      if (kind == 2) logits[size_t(i)] = -INFINITY;
+      if (kind == 3) logits[size_t(i)] = 0.5f;  // ties
+    }
+    if (rng.below(6) == 0) logits[size_t(rng.below(uint32_t(V)))] = INFINITY;
+    logits[size_t(rng.below(uint32_t(V)))] = 0.5f;  // at least one real value
+    SamplingParams p;
+    p.temperature = 0.25f + float(rng.below(8)) * 0.25f;
+    p.top_p = rng.below(3) ? 0.3f + float(rng.below(7)) * 0.1f : 1.0f;
+    p.min_p = p.top_p == 1.0f || rng.below(2) ? 0.05f * float(1 + rng.below(4)) : 0.0f;
+    p.seed = seed;
+    ASSERT_EQ(p.device_candidates(), kMaxNucleus);
+    ASSERT_TRUE(p.device_row_sum());
+    backend::Tensor x = be.alloc(1, V), values = be.alloc(1, kMaxNucleus), sum = be.alloc(1, 1);
+    be.upload(logits.data(), x);
+    const backend::Ids index = be.alloc_ids(1, kMaxNucleus);
+    be.top_k(x, index, values);
+    be.sampling_sums(x, p.temperature, sum);
+    std::vector<int32_t> columns(static_cast<size_t>(kMaxNucleus));
+    std::vector<float> top(columns.size());
+    float row_sum = 0;
+    be.download_ids(index, columns.data());
+    be.download(values, top.data());
+    be.download(sum, &row_sum);
+    Sampler whole(p, V), candidates(p, V);
+    for (uint64_t position = 0; position < 8; ++position)
+      ASSERT_EQ(candidates.sample_candidates_at(columns, top, row_sum, position), whole.sample_at(logits, {}, position))
+          << "seed " << seed << " position " << position;
+  }
+}
+
+TEST(Sampler, DeviceCandidatesOnlyWhereTheyAreAllItReads) {
   SamplingParams p{.temperature = 0.7f, .top_k = 20, .top_p = 0.8f};
-  EXPECT_EQ(p.device_top_k(), 20);
-  EXPECT_EQ((SamplingParams{.temperature = 0.7f, .top_p = 0.8f}).device_top_k(), 0);  // no top-k
-  EXPECT_EQ((SamplingParams{.top_k = 20}).device_top_k(), 0);                          // greedy
-  EXPECT_EQ((SamplingParams{.temperature = 0.7f, .top_k = 20, .presence_penalty = 0.5f}).device_top_k(), 0);
-  EXPECT_EQ((SamplingParams{.temperature = 0.7f, .top_k = int32_t(backend::Backend::kMaxTopK) + 1}).device_top_k(), 0);
+  EXPECT_EQ(p.device_candidates(), 20);
+  EXPECT_FALSE(p.device_row_sum());
+  const SamplingParams nucleus{.temperature = 0.7f, .top_p = 0.8f};  // no top-k: the best and the sum
+  EXPECT_EQ(nucleus.device_candidates(), kMaxNucleus);
+  EXPECT_TRUE(nucleus.device_row_sum());
+  EXPECT_EQ((SamplingParams{.temperature = 0.7f, .min_p = 0.1f}).device_candidates(), kMaxNucleus);
+  EXPECT_EQ((SamplingParams{.temperature = 0.7f}).device_candidates(), 0);                              // the whole row
+  EXPECT_EQ((SamplingParams{.top_k = 20}).device_candidates(), 0);                                      // greedy
+  EXPECT_EQ((SamplingParams{.temperature = 0.7f, .top_k = 20, .presence_penalty = 0.5f}).device_candidates(), 0);
+  EXPECT_EQ((SamplingParams{.temperature = 0.7f, .top_k = int32_t(backend::Backend::kMaxTopK) + 1}).device_candidates(), 0);
   Sampler s(p, 100);
   const std::vector<int32_t> columns(19, 0);
   const std::vector<float> values(19, 0.0f);
-  EXPECT_THROW(s.sample_top_at(columns, values, 0), Error);  // not top_k candidates
+  EXPECT_THROW(s.sample_candidates_at(columns, values, NAN, 0), Error);  // not top_k candidates
+  const std::vector<int32_t> twenty(20, 0);
+  const std::vector<float> twenty_values(20, 0.0f);
+  EXPECT_THROW(s.sample_candidates_at(twenty, twenty_values, 1.0f, 0), Error);  // a sum top-k does not read
+  Sampler without_sum(nucleus, 2000);
+  const std::vector<int32_t> best(size_t(kMaxNucleus), 0);
+  const std::vector<float> best_values(size_t(kMaxNucleus), 0.0f);
+  EXPECT_THROW(without_sum.sample_candidates_at(best, best_values, NAN, 0), Error);
   Sampler whole(SamplingParams{.temperature = 0.7f}, 100);
-  EXPECT_THROW(whole.sample_top_at(columns, values, 0), Error);
+  EXPECT_THROW(whole.sample_candidates_at(columns, values, NAN, 0), Error);
+}
+
+// The sampler's own exp (the same operations in CUDA kernels) against the C library's.
+TEST(Sampler, SamplingExpIsCloseToExp) {
+  for (float x = -86.0f; x <= 0.0f; x += 0.0137f) {
+    const double want = std::exp(double(x));
+    EXPECT_NEAR(backend::sampling_exp(x), want, want * 3e-7) << x;
+  }
+  EXPECT_EQ(backend::sampling_exp(0.0f), 1.0f);
+  EXPECT_EQ(backend::sampling_exp(-0.0f), 1.0f);
+  EXPECT_EQ(backend::sampling_exp(-87.0f), 0.0f);
+  EXPECT_EQ(backend::sampling_exp(-INFINITY), 0.0f);
+  EXPECT_EQ(backend::sampling_weight(INFINITY, INFINITY, 0.7f), 1.0f);
+  EXPECT_EQ(backend::sampling_weight(3.0f, INFINITY, 0.7f), 0.0f);
 }
 
 TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {

@@ -346,6 +346,11 @@ class Backend {
   // index -1 (value -inf) past the row's non-NaN count. k is at most kMaxTopK.
   static constexpr int64_t kMaxTopK = 1024;
   virtual void top_k(const Tensor& x, Ids index, Tensor values) = 0;
+  // What top-p sampling without top-k reads besides the candidates: sums [rows, 1] gets each
+  // row's softmax sum at `temperature` (> 0), the sum over its non-NaN values of
+  // sampling_weight(x, the row's largest, temperature) in kSumChunk's order (sampling_weight.h),
+  // bitwise on every backend.
+  virtual void sampling_sums(const Tensor& x, float temperature, Tensor sums) = 0;
 };
 
 // Host <-> backend conversions for the places that need host values.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "decode/stop.h"
@@ -167,12 +168,14 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
   // Plain greedy choices are made by the backend where the logits are, so a token per row comes
   // back instead of n_vocab floats; whatever reads or edits the logits (penalties, sampling, a
   // constraint, typical acceptance) takes the rows.
-  // Top-k sampling likewise reads k candidates a row (Backend::top_k).
+  // Top-k and top-p sampling likewise read k candidates a row (Backend::top_k) and, without
+  // top-k, the row's softmax sum (Backend::sampling_sums).
   const bool rows_unread = !params.logits_filter && !speculator_.options().typical;
   std::vector<int32_t> choices;
   std::vector<int32_t>* greedy = params.sampling.plain_greedy() && rows_unread ? &choices : nullptr;
   model::TopLogits candidates;
-  candidates.k = params.sampling.device_top_k();
+  candidates.k = params.sampling.device_candidates();
+  if (params.sampling.device_row_sum()) candidates.sum_temperature = params.sampling.temperature;
   model::TopLogits* top_k = rows_unread && candidates.k > 0 ? &candidates : nullptr;
   // The MTP head reads the trunk's hidden state of every position.
   std::vector<float> hidden;
@@ -223,8 +226,9 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
       if (id < 0) fail("sampling: every logit is NaN");
     } else if (top_k) {
       const size_t k = size_t(top_k->k);
-      id = sampler.sample_top_at(std::span(top_k->columns).subspan(r * k, k),
-                                 std::span(top_k->logits).subspan(r * k, k), history.size());
+      const float row_sum = top_k->sums.empty() ? NAN : top_k->sums.at(size_t(r));
+      id = sampler.sample_candidates_at(std::span(top_k->columns).subspan(r * k, k),
+                                        std::span(top_k->logits).subspan(r * k, k), row_sum, history.size());
     } else {
       const auto row = std::span(logits).subspan(size_t(r * n_vocab), size_t(n_vocab));
       if (params.logits_filter) params.logits_filter(row);

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "backend/backend.h"
+#include "backend/cpu/ops_sampling_sums.h"
+#include "backend/sampling_weight.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -24,9 +26,12 @@ void SamplingParams::validate() const {
   if (penalty_last_n < -1) fail("sampling: penalty_last_n must be >= -1, got ", penalty_last_n);
 }
 
-int32_t SamplingParams::device_top_k() const {
-  const bool fits = top_k > 0 && top_k <= backend::Backend::kMaxTopK;
-  return temperature > 0.0f && fits && !penalized() ? top_k : 0;
+static_assert(kMaxNucleus <= backend::Backend::kMaxTopK, "a nucleus's candidates come from Backend::top_k");
+
+int32_t SamplingParams::device_candidates() const {
+  if (temperature <= 0.0f || penalized()) return 0;
+  if (top_k > 0) return top_k <= backend::Backend::kMaxTopK ? top_k : 0;
+  return nucleus() ? kMaxNucleus : 0;
 }
 
 int32_t argmax(std::span<const float> logits) {
@@ -69,6 +74,17 @@ int32_t Sampler::sample_at(std::span<const float> logits, std::span<const int32_
   return choose(logits, history, position);
 }
 
+namespace {
+
+struct ByLogit {
+  template <class C>
+  bool operator()(const C& a, const C& b) const {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  }
+};
+
+}  // namespace
+
 int32_t Sampler::choose(std::span<const float> logits, std::span<const int32_t> history,
                         uint64_t counter) {
   if (int64_t(logits.size()) != n_vocab_)
@@ -80,31 +96,33 @@ int32_t Sampler::choose(std::span<const float> logits, std::span<const int32_t> 
   // NaN logits never win; if every logit is NaN that is a model fault, not a choice.
   std::erase_if(candidates_, [](const Candidate& c) { return std::isnan(c.logit); });
   if (candidates_.empty()) fail("sampling: every logit is NaN");
+  if (params_.temperature <= 0.0f) return std::min_element(candidates_.begin(), candidates_.end(), ByLogit())->id;
 
-  const auto by_logit = [](const Candidate& a, const Candidate& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  };
-  if (params_.temperature <= 0.0f)
-    return std::min_element(candidates_.begin(), candidates_.end(), by_logit)->id;
-
-  size_t keep = candidates_.size();
-  if (params_.top_k > 0 && size_t(params_.top_k) < keep) {
-    keep = size_t(params_.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + std::ptrdiff_t(keep),
-                      candidates_.end(), by_logit);
-    candidates_.resize(keep);
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  if (params_.top_k > 0 && size_t(params_.top_k) < candidates_.size()) {
+    std::nth_element(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), ByLogit());
+    candidates_.resize(size_t(params_.top_k));
+    std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
   }
-  return sample_sorted(counter);
+  const float max = std::min_element(candidates_.begin(), candidates_.end(), ByLogit())->logit;
+  cpu::ChunkedSum z;
+  for (const Candidate& c : candidates_) z.add(c.id, backend::sampling_weight(c.logit, max, params_.temperature));
+  if (params_.nucleus()) {
+    const size_t best = std::min(candidates_.size(), size_t(kMaxNucleus));
+    std::nth_element(candidates_.begin(), candidates_.begin() + std::ptrdiff_t(best), candidates_.end(), ByLogit());
+    candidates_.resize(best);
+    std::sort(candidates_.begin(), candidates_.end(), ByLogit());
+  }
+  return sample_kept(max, z.total(), counter);
 }
 
-int32_t Sampler::sample_top_at(std::span<const int32_t> columns, std::span<const float> logits,
-                               uint64_t position) {
-  const int32_t k = params_.device_top_k();
+int32_t Sampler::sample_candidates_at(std::span<const int32_t> columns, std::span<const float> logits,
+                                      float row_sum, uint64_t position) {
+  const int32_t k = params_.device_candidates();
   if (k == 0 || columns.size() != size_t(k) || logits.size() != size_t(k))
-    fail("sampling: ", columns.size(), " top-k candidates for top_k ", params_.top_k,
-         k == 0 ? " (these parameters need the whole row)" : "");
+    fail("sampling: ", columns.size(), " candidates for ", k, k == 0 ? " (these parameters need the whole row)" : "");
+  if (params_.device_row_sum() == std::isnan(row_sum))
+    fail("sampling: ", params_.device_row_sum() ? "no" : "a", " row sum with the candidates for top_k ",
+         params_.top_k);
   candidates_.clear();
   for (size_t i = 0; i < columns.size(); ++i) {
     if (columns[i] < 0) break;
@@ -112,51 +130,49 @@ int32_t Sampler::sample_top_at(std::span<const int32_t> columns, std::span<const
     candidates_.push_back({columns[i], logits[i]});
   }
   if (candidates_.empty()) fail("sampling: every logit is NaN");
-  return sample_sorted(position);
+  const float max = candidates_[0].logit;
+  if (params_.device_row_sum()) return sample_kept(max, row_sum, position);
+  // Top-k: the candidates are K.
+  kept_.clear();
+  for (const Candidate& c : candidates_) kept_.emplace_back(c.id, backend::sampling_weight(c.logit, max, params_.temperature));
+  std::sort(kept_.begin(), kept_.end());
+  cpu::ChunkedSum z;
+  for (const auto& [id, w] : kept_) z.add(id, w);
+  return sample_kept(max, z.total(), position);
 }
 
-int32_t Sampler::sample_sorted(uint64_t counter) {
-  // Softmax in double over the sorted candidates, largest first, so the sum's order is fixed.
+int32_t Sampler::sample_kept(float max, float z, uint64_t counter) {
   probs_.resize(candidates_.size());
-  const double top = candidates_[0].logit;
-  double sum = 0;
-  for (size_t i = 0; i < candidates_.size(); ++i) {
-    const double p = std::exp((double(candidates_[i].logit) - top) / params_.temperature);
-    probs_[i] = float(p);
-    sum += p;
-  }
-  for (float& p : probs_) p = float(double(p) / sum);
-
+  for (size_t i = 0; i < candidates_.size(); ++i)
+    probs_[i] = backend::sampling_weight(candidates_[i].logit, max, params_.temperature) / z;
+  size_t n = candidates_.size();
   if (params_.top_p < 1.0f) {
     double cum = 0;
-    size_t n = 0;
-    while (n < probs_.size()) {
-      cum += probs_[n++];
+    size_t i = 0;
+    while (i < n) {
+      cum += probs_[i++];
       if (cum >= params_.top_p) break;
     }
-    probs_.resize(n);
-    candidates_.resize(n);
+    n = i;
   }
   if (params_.min_p > 0.0f) {
     const float floor = params_.min_p * probs_[0];
-    size_t n = 1;
-    while (n < probs_.size() && probs_[n] >= floor) ++n;
-    probs_.resize(n);
-    candidates_.resize(n);
+    size_t i = 1;
+    while (i < n && probs_[i] >= floor) ++i;
+    n = i;
   }
-  return draw(counter_uniform(params_.seed, counter));
-}
-
-int32_t Sampler::draw(float uniform) {
+  kept_.resize(n);
+  for (size_t i = 0; i < n; ++i) kept_[i] = {candidates_[i].id, probs_[i]};
+  if (!std::is_sorted(kept_.begin(), kept_.end())) std::sort(kept_.begin(), kept_.end());
   double total = 0;
-  for (float p : probs_) total += p;
-  const double u = double(uniform) * total;
+  for (const auto& [id, p] : kept_) total += p;
+  const double u = double(counter_uniform(params_.seed, counter)) * total;
   double cum = 0;
-  for (size_t i = 0; i < probs_.size(); ++i) {
-    cum += probs_[i];
-    if (u < cum) return candidates_[i].id;
+  for (const auto& [id, p] : kept_) {
+    cum += p;
+    if (u < cum) return id;
   }
-  return candidates_.back().id;
+  return kept_.back().first;
 }
 
 }  // namespace strata::decode

@@ -1,16 +1,34 @@
 // Token selection from logits: penalties, then greedy or temperature sampling restricted by top-k,
 // top-p and min-p. Deterministic: the same logits, history and seed give the same token on every
-// machine (fixed sort order, ties broken by token id, our own RNG).
+// machine (fixed orders, ties broken by token id, our own exp and RNG).
+//
+// Temperature sampling, exactly:
+//   1. K: the top_k largest logits (value descending, lower id first among equals; NaN never),
+//      or every non-NaN logit when top_k is 0.
+//   2. weights w = backend::sampling_weight(logit, max over K, temperature), their sum Z over K
+//      in id order by chunks (backend::kSumChunk), each token's p = w / Z.
+//   3. Where top_p < 1 or min_p > 0, the nucleus: K's tokens in sampler order, at most
+//      kMaxNucleus of them, while the running sum of p (in double) is below top_p, then those
+//      with p >= min_p * the first's p.
+//   4. The draw: u = counter_uniform(seed, counter); walking the kept tokens in id order, the
+//      first whose running sum of p exceeds u times their total.
+// Every step reads only K's best kMaxNucleus tokens and Z, so a backend can hand over those
+// (Backend::top_k, Backend::sampling_sums) instead of the row, and no step sorts the row.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 
 namespace strata::decode {
+
+// The most tokens a nucleus (top-p, min-p) keeps: a nucleus larger than this, which only a nearly
+// flat distribution gives, is cut to its best kMaxNucleus tokens.
+constexpr int32_t kMaxNucleus = 1024;
 
 struct SamplingParams {
   float temperature = 0.0f;  // <= 0: greedy (argmax, lowest id on ties)
@@ -31,9 +49,16 @@ struct SamplingParams {
   bool plain_greedy() const {
     return temperature <= 0.0f && !penalized();
   }
-  // The k whose top-k candidates (Backend::top_k, where the logits are) are all a sampled choice
-  // reads (temperature sampling with top-k, no penalties): 0 when it needs the whole row.
-  int32_t device_top_k() const;
+  // The candidates per row that are all a sampled choice reads (Backend::top_k, where the logits
+  // are): top_k itself with 0 < top_k <= Backend::kMaxTopK, kMaxNucleus with a nucleus and no
+  // top-k; 0 (the whole row) for greedy choices, penalties, a larger top-k or plain temperature
+  // sampling.
+  int32_t device_candidates() const;
+  // Whether those candidates need the row's softmax sum too (Backend::sampling_sums): without
+  // top-k, Z is over the whole row.
+  bool device_row_sum() const { return device_candidates() > 0 && top_k == 0; }
+  // Where top-p or min-p cut the candidates.
+  bool nucleus() const { return top_p < 1.0f || min_p > 0.0f; }
 
  private:
   bool penalized() const {
@@ -55,9 +80,11 @@ class Sampler {
   // drafted positions with the numbers plain decoding would use.
   int32_t sample_at(std::span<const float> logits, std::span<const int32_t> history,
                     uint64_t position);
-  // sample_at from a row's top-k candidates as Backend::top_k gives them (k = device_top_k(),
-  // column -1 past the row's non-NaN values): the same token as sample_at on the whole row.
-  int32_t sample_top_at(std::span<const int32_t> columns, std::span<const float> logits, uint64_t position);
+  // sample_at from a row's candidates as Backend::top_k gives them (k = device_candidates(),
+  // column -1 past the row's non-NaN values) and, where device_row_sum(), the row's softmax sum
+  // (Backend::sampling_sums; NaN otherwise): the same token as sample_at on the whole row.
+  int32_t sample_candidates_at(std::span<const int32_t> columns, std::span<const float> logits, float row_sum,
+                               uint64_t position);
 
   const SamplingParams& params() const { return params_; }
 
@@ -68,15 +95,16 @@ class Sampler {
   };
   void apply_penalties(std::span<const int32_t> history);
   int32_t choose(std::span<const float> logits, std::span<const int32_t> history, uint64_t counter);
-  // Temperature sampling over candidates_, already in the sampler's order and cut to top-k.
-  int32_t sample_sorted(uint64_t counter);
-  int32_t draw(float uniform);
+  // Steps 3 and 4 over candidates_ (K, or its best kMaxNucleus in sampler order where a nucleus is
+  // cut), whose largest logit is `max` and whose weights sum to `z` over K.
+  int32_t sample_kept(float max, float z, uint64_t counter);
 
   SamplingParams params_;
   int64_t n_vocab_;
   uint64_t draws_ = 0;  // sample()'s counter
   std::vector<Candidate> candidates_;
   std::vector<float> probs_;
+  std::vector<std::pair<int32_t, float>> kept_;  // (id, p), the draw's order
   std::unordered_map<int32_t, int32_t> counts_;
 };
 

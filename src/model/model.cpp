@@ -68,6 +68,7 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
                                                     {.hidden = extras.hidden != nullptr,
                                                      .greedy = extras.greedy != nullptr,
                                                      .top_k = extras.top_k ? extras.top_k->k : 0,
+                                                     .sum_temperature = extras.top_k ? extras.top_k->sum_temperature : 0.0f,
                                                      .journal = extras.journal}));
   // The window's scratch lives inside the recording: its allocations repeat with its ops.
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};

@@ -34,11 +34,14 @@ using DumpFn =
 class RouteControl;
 class Journal;
 
-// A window's top-k candidates per logits row, in the sampler's order.
+// A window's top-k candidates per logits row, in the sampler's order, and where asked each row's
+// softmax sum.
 struct TopLogits {
-  int32_t k = 0;                 // candidates per row, 1..Backend::kMaxTopK
-  std::vector<int32_t> columns;  // [rows * k]; -1 past a row's non-NaN logits
-  std::vector<float> logits;     // [rows * k]
+  int32_t k = 0;                  // candidates per row, 1..Backend::kMaxTopK
+  float sum_temperature = 0.0f;   // > 0: the rows' sums at it too (Backend::sampling_sums)
+  std::vector<int32_t> columns;   // [rows * k]; -1 past a row's non-NaN logits
+  std::vector<float> logits;      // [rows * k]
+  std::vector<float> sums;        // [rows] where sum_temperature > 0
 };
 
 // What a forward() may do besides the logits.
@@ -53,8 +56,9 @@ struct ForwardExtras {
   // the backend picks (Backend::argmax; -1 when every logit is NaN), and a token per row comes
   // back, not n_vocab floats.
   std::vector<int32_t>* greedy = nullptr;
-  // Receives each logits row's top_k->k largest logits instead of the rows (Backend::top_k), what
-  // top-k sampling reads (decode::Sampler::sample_top_at). Not with `greedy`.
+  // Receives each logits row's top_k->k largest logits (and sums) instead of the rows
+  // (Backend::top_k, sampling_sums), what top-k and top-p sampling read
+  // (decode::Sampler::sample_candidates_at). Not with `greedy`.
   TopLogits* top_k = nullptr;
 };
 

@@ -1,5 +1,8 @@
 #include "model/window_scope.h"
 
+#include <bit>
+#include <cmath>
+
 #include "model/journal.h"
 #include "util/error.h"
 
@@ -16,7 +19,7 @@ uint64_t window_key(std::span<const KeyPart> parts, bool dumps, bool host_steps,
   if (dumps) return 0;
   uint64_t h = mix(mix(0xcbf29ce484222325ull, uint64_t(parts.size())), host_steps ? 1 : 0);
   h = mix(mix(mix(h, extras.mtp ? 1 : 0), extras.hidden ? 1 : 0), extras.greedy ? 1 : 0);
-  h = mix(h, uint64_t(extras.top_k));
+  h = mix(mix(h, uint64_t(extras.top_k)), uint64_t(std::bit_cast<uint32_t>(extras.sum_temperature)));
   // The journal's copies have fixed addresses in a recording: a new layout is a new key.
   if (extras.journal) h = mix(h, extras.journal->layout());
   for (const KeyPart& p : parts) {
@@ -39,6 +42,8 @@ WindowLogits::WindowLogits(backend::Backend& be, std::vector<int32_t>* greedy, s
   if (probs && !greedy) fail("forward: probabilities come only with greedy choices");
   if (top && (top->k < 1 || top->k > backend::Backend::kMaxTopK))
     fail("forward: top-k candidates per row must be 1..", backend::Backend::kMaxTopK, ", got ", top->k);
+  if (top && !(top->sum_temperature >= 0.0f && std::isfinite(top->sum_temperature)))
+    fail("forward: the rows' softmax sums need a temperature > 0, got ", top->sum_temperature);
 }
 
 void WindowLogits::choose(Scratch& keep, const backend::Tensor& logits) {
@@ -50,6 +55,10 @@ void WindowLogits::choose(Scratch& keep, const backend::Tensor& logits) {
     index_ = keep.ids(logits.rows, top_->k);
     values_ = keep(logits.rows, top_->k);
     be_.top_k(logits, index_, values_);
+    if (top_->sum_temperature > 0.0f) {
+      sums_ = keep(logits.rows, 1);
+      be_.sampling_sums(logits, top_->sum_temperature, sums_);
+    }
   }
 }
 
@@ -66,6 +75,10 @@ std::vector<float> WindowLogits::read(const backend::Tensor& logits) {
   if (values) {
     values->resize(size_t(values_.rows * values_.cols));
     be_.download(values_, values->data());
+  }
+  if (top_ && top_->sum_temperature > 0.0f) {
+    top_->sums.resize(size_t(sums_.rows));
+    be_.download(sums_, top_->sums.data());
   }
   return {};
 }

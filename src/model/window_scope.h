@@ -28,6 +28,7 @@ struct KeyPart {
 struct KeyExtras {
   bool mtp = false, hidden = false, greedy = false;
   int32_t top_k = 0;  // the rows' top-k candidates chosen in the window (0: not)
+  float sum_temperature = 0.0f;  // the rows' softmax sums taken at it in the window (0: not)
   const Journal* journal = nullptr;
 };
 
@@ -96,6 +97,7 @@ class WindowLogits {
   TopLogits* top_;
   backend::Ids index_;
   backend::Tensor values_;  // greedy: the probabilities; top-k: the candidates' logits
+  backend::Tensor sums_;    // top-k with sums: the rows' softmax sums
 };
 
 }  // namespace strata::model

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cpu/ops_argmax.h"
+#include "backend/cpu/ops_sampling_sums.h"
 #include "backend/cpu/ops_top_k.h"
 #include "backend/cpu/ops_attention.h"
 #include "backend/cpu/ops_elementwise.h"
@@ -245,6 +246,10 @@ void CpuBackend::top_k(const Tensor& x, Ids index, Tensor values) {
   cpu::require(index.rows == values.rows && index.cols == values.cols, "top_k", "index [", index.rows, " x ",
                index.cols, "] and values ", cpu::shape(values), " differ in shape");
   cpu::top_k(x, {index.data, size_t(index.size())}, values);
+}
+
+void CpuBackend::sampling_sums(const Tensor& x, float temperature, Tensor sums) {
+  cpu::sampling_sums(x, temperature, sums);
 }
 
 }  // namespace strata::backend

@@ -82,6 +82,7 @@ class CpuBackend : public Backend {
   void moe_combine(const Tensor& weights, const Tensor& out, Tensor y) override;
   void argmax(const Tensor& x, Ids index, Tensor prob) override;
   void top_k(const Tensor& x, Ids index, Tensor values) override;
+  void sampling_sums(const Tensor& x, float temperature, Tensor sums) override;
 
  private:
   cpu::ThreadPool pool_;

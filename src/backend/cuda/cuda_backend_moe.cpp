@@ -4,6 +4,7 @@
 // memory from weight().
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -196,6 +197,20 @@ void CudaBackend::top_k(const Tensor& x, Ids index, Tensor values) {
           op, "x ", shape(x), " needs index and values [", x.rows, " x k] with 1 <= k <= ", kMaxTopK,
           ", got [", index.rows, " x ", index.cols, "] and ", shape(values));
   detail::launch_top_k(impl_->ctx, x, values.cols, index.data, values);
+}
+
+void CudaBackend::sampling_sums(const Tensor& x, float temperature, Tensor sums) {
+  constexpr const char* op = "sampling_sums";
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  check_tensor(op, "x", x);
+  check_tensor(op, "sums", sums);
+  require(sums.rows == x.rows && sums.cols == 1, op, "x ", shape(x), " needs sums [", x.rows, " x 1], got ",
+          shape(sums));
+  require(temperature > 0 && std::isfinite(temperature), op, "temperature must be > 0, got ", temperature);
+  require(x.cols <= detail::sampling_sums_max_cols(), op, "x ", shape(x), " has more than ",
+          detail::sampling_sums_max_cols(), " columns");
+  detail::launch_sampling_sums(impl_->ctx, x, temperature, sums);
 }
 
 ExpertTable& CudaBackend::Impl::expert_table(std::span<const ExpertWeights> experts) {

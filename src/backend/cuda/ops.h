@@ -246,4 +246,10 @@ void launch_argmax(const DeviceContext& ctx, const Tensor& x, int32_t* index, Te
 // index [rows * k] and values [rows, k]: each row's k largest values (cpu/ops_top_k.h's rule).
 void launch_top_k(const DeviceContext& ctx, const Tensor& x, int64_t k, int32_t* index, Tensor values);
 
+// ops_sampling_sums.cu ------------------------------------------------------------------------------
+// sums [rows, 1]: each row's softmax sum at `temperature` (cpu/ops_sampling_sums.h's rule), for
+// rows of at most sampling_sums_max_cols() columns (one shared float per chunk).
+int64_t sampling_sums_max_cols();
+void launch_sampling_sums(const DeviceContext& ctx, const Tensor& x, float temperature, Tensor sums);
+
 }  // namespace strata::cuda::detail

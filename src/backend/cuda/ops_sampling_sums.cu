@@ -1,0 +1,75 @@
+// Each row's softmax sum at a temperature on the device (Backend::sampling_sums; CPU reference:
+// cpu/ops_sampling_sums.cpp), what top-p sampling without top-k reads besides the row's
+// candidates. One block per row: the row's largest value, then one thread per chunk of
+// kSumChunk columns adds its weights in column order, then one thread adds the chunks' sums in
+// order: the reference's order, with sampling_weight.h's operations, so the sum is its bits.
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/dependent_launch.cuh"
+#include "backend/cuda/ops.h"
+#include "backend/cuda/ops_common.cuh"
+#include "backend/sampling_weight.h"
+
+namespace strata::cuda::detail {
+
+namespace {
+
+constexpr int kThreads = 1024;
+
+__global__ void sampling_sums_kernel(const float* __restrict__ x, int64_t stride, int64_t rows, int64_t cols,
+                                     float temperature, float* sums, int64_t sums_stride) {
+  await_previous_kernel();
+  extern __shared__ float chunk_sum[];
+  __shared__ float warp_max[kThreads / 32];
+  __shared__ float row_max;
+  const int64_t chunks = (cols + backend::kSumChunk - 1) / backend::kSumChunk;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* row = x + r * stride;
+    float m = -INFINITY;
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) m = fmaxf(m, row[c]);  // fmaxf skips NaN
+    for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, offset));
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x / 32] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float all = -INFINITY;
+      for (int w = 0; w < kThreads / 32; ++w) all = fmaxf(all, warp_max[w]);
+      row_max = all;
+    }
+    __syncthreads();
+    const float max = row_max;
+    for (int64_t chunk = threadIdx.x; chunk < chunks; chunk += kThreads) {
+      const int64_t begin = chunk * backend::kSumChunk;
+      const int64_t end = begin + backend::kSumChunk < cols ? begin + backend::kSumChunk : cols;
+      float sum = 0.0f;
+#pragma unroll 8
+      for (int64_t c = begin; c < end; ++c) {
+        const float v = row[c];
+        if (!isnan(v)) sum = __fadd_rn(sum, backend::sampling_weight(v, max, temperature));
+      }
+      chunk_sum[chunk] = sum;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float total = 0.0f;
+      for (int64_t chunk = 0; chunk < chunks; ++chunk) total = __fadd_rn(total, chunk_sum[chunk]);
+      sums[r * sums_stride] = total;
+    }
+    __syncthreads();  // chunk_sum and row_max are the next row's
+  }
+}
+
+}  // namespace
+
+int64_t sampling_sums_max_cols() { return int64_t(48 * 1024 / sizeof(float)) * backend::kSumChunk; }
+
+void launch_sampling_sums(const DeviceContext& ctx, const Tensor& x, float temperature, Tensor sums) {
+  if (x.rows == 0) return;
+  const size_t shared = size_t((x.cols + backend::kSumChunk - 1) / backend::kSumChunk) * sizeof(float);
+  launch_kernel(sampling_sums_kernel, grid_for(x.rows, 1, ctx.limits.max_blocks), kThreads, shared, ctx.stream,
+                x.data, x.stride, x.rows, x.cols, temperature, sums.data, sums.stride);
+  STRATA_CUDA_CHECK_LAUNCH("sampling_sums_kernel");
+}
+
+}  // namespace strata::cuda::detail

@@ -1,0 +1,97 @@
+// A logit's sampling weight e^((x - max) / T), computed by the same IEEE operations on the host
+// and in CUDA kernels, so that a row's softmax sum taken where the logits are (Backend::
+// sampling_sums) is bitwise the sum the host sampler takes (decode/sampler.cpp). std::exp and
+// CUDA's expf differ in the last bit; this is a float exp of our own: x = k ln2 + r with
+// |r| <= ln2 / 2, e^r by its Taylor polynomial to r^7 (error below 2^-27), times 2^k. No fused
+// multiply-adds: CUDA code uses the _rn intrinsics, which the compiler never contracts, and host
+// code is compiled without FMA contraction (ISO C++, x86-64 without -mfma).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define STRATA_HOST_DEVICE __host__ __device__
+#else
+#define STRATA_HOST_DEVICE
+#endif
+
+namespace strata::backend {
+
+// A row's softmax sum is taken chunk by chunk: the weights of columns [c * kSumChunk, (c + 1) *
+// kSumChunk) in column order, then the chunks' sums in chunk order. A fixed order that a kernel
+// can take in parallel and the host takes in one pass.
+constexpr int64_t kSumChunk = 256;
+
+namespace sampling_detail {
+
+STRATA_HOST_DEVICE inline float mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+STRATA_HOST_DEVICE inline float add(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+STRATA_HOST_DEVICE inline float div(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+STRATA_HOST_DEVICE inline float round_to_int(float v) {
+#if defined(__CUDA_ARCH__)
+  return rintf(v);
+#else
+  return std::nearbyint(v);
+#endif
+}
+STRATA_HOST_DEVICE inline float pow2(int k) {
+  const uint32_t bits = uint32_t(k + 127) << 23;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+#endif
+}
+
+}  // namespace sampling_detail
+
+// e^x for x <= 0; 0 below -86, where the result would leave the normal floats (a token that much
+// less likely than the best is never drawn).
+STRATA_HOST_DEVICE inline float sampling_exp(float x) {
+  using namespace sampling_detail;
+  if (!(x >= -86.0f)) return 0.0f;
+  const float k = round_to_int(mul(x, 0x1.715476p+0f));
+  // ln 2 = 0x1.63p-1 - 0x1.bd0106p-13, split so that k times the first part is exact; the
+  // polynomial's coefficients are 1/n! rounded to float.
+  const float r = add(add(x, mul(k, -0x1.63p-1f)), mul(k, 0x1.bd0106p-13f));
+  float p = 0x1.a01a02p-13f;
+  p = add(mul(p, r), 0x1.6c16c2p-10f);
+  p = add(mul(p, r), 0x1.111112p-7f);
+  p = add(mul(p, r), 0x1.555556p-5f);
+  p = add(mul(p, r), 0x1.555556p-3f);
+  p = add(mul(p, r), 0.5f);
+  p = add(mul(p, r), 1.0f);
+  p = add(mul(p, r), 1.0f);
+  return mul(p, pow2(int(k)));
+}
+
+// The weight of logit x in a row whose largest non-NaN logit is `max`, at temperature t > 0:
+// e^((x - max) / t); 1 for the largest (also when it is infinite), 0 for -inf.
+STRATA_HOST_DEVICE inline float sampling_weight(float x, float max, float t) {
+  if (x == max) return 1.0f;
+  return sampling_exp(sampling_detail::div(sampling_detail::add(x, -max), t));
+}
+
+}  // namespace strata::backend
