@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 
+#include "decode/row_choice.h"
 #include "decode/stop.h"
 #include "spec/verify.h"
 #include "tokenizer/detokenize.h"
@@ -165,18 +165,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
 
   const auto prefill_start = Clock::now();
   std::vector<float> logits;
-  // Plain greedy choices are made by the backend where the logits are, so a token per row comes
-  // back instead of n_vocab floats; whatever reads or edits the logits (penalties, sampling, a
-  // constraint, typical acceptance) takes the rows.
-  // Top-k and top-p sampling likewise read k candidates a row (Backend::top_k) and, without
-  // top-k, the row's softmax sum (Backend::sampling_sums).
-  const bool rows_unread = !params.logits_filter && !speculator_.options().typical;
-  std::vector<int32_t> choices;
-  std::vector<int32_t>* greedy = params.sampling.plain_greedy() && rows_unread ? &choices : nullptr;
-  model::TopLogits candidates;
-  candidates.k = params.sampling.device_candidates();
-  if (params.sampling.device_row_sum()) candidates.sum_temperature = params.sampling.temperature;
-  model::TopLogits* top_k = rows_unread && candidates.k > 0 ? &candidates : nullptr;
+  RowChoice choice(params.sampling, !params.logits_filter && !speculator_.options().typical);
   // The MTP head reads the trunk's hidden state of every position.
   std::vector<float> hidden;
   std::vector<float>* hidden_ptr = speculator_.wants_hidden() ? &hidden : nullptr;
@@ -195,7 +184,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     if (keep > first && keep < first + count) count = keep - first;
     const auto window = prompt.subspan(size_t(first), size_t(count));
     logits = model_.forward(window, state_, model::LogitsMode::Last,
-                            {.hidden = hidden_ptr, .greedy = greedy, .top_k = top_k});
+                            {.hidden = hidden_ptr, .greedy = choice.greedy(), .top_k = choice.top()});
     if (hidden_ptr) speculator_.observe(first, hidden);
     tokens_.insert(tokens_.end(), window.begin(), window.end());
     first += count;
@@ -220,20 +209,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
   // The token for the next position from the last window's row r: the sampler's choice keyed by
   // the position (so drafted and plain windows draw the same numbers), or the forced text's token.
   const auto choose = [&](int64_t r) {
-    int32_t id;
-    if (greedy) {
-      id = choices.at(size_t(r));
-      if (id < 0) fail("sampling: every logit is NaN");
-    } else if (top_k) {
-      const size_t k = size_t(top_k->k);
-      const float row_sum = top_k->sums.empty() ? NAN : top_k->sums.at(size_t(r));
-      id = sampler.sample_candidates_at(std::span(top_k->columns).subspan(r * k, k),
-                                        std::span(top_k->logits).subspan(r * k, k), row_sum, history.size());
-    } else {
-      const auto row = std::span(logits).subspan(size_t(r * n_vocab), size_t(n_vocab));
-      if (params.logits_filter) params.logits_filter(row);
-      id = sampler.sample_at(row, history, history.size());
-    }
+    const int32_t id = choice.choose(sampler, logits, r, history, history.size(), params.logits_filter);
     if (!params.forced.empty()) return params.forced[result.tokens.size()];
     return id;
   };
@@ -329,8 +305,8 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     logits = model_.forward(window, state_, rows > 1 ? model::LogitsMode::All : model::LogitsMode::Last,
                             {.journal = rows > 1 ? &speculator_.journal() : nullptr,
                              .hidden = hidden_ptr,
-                             .greedy = greedy,
-                             .top_k = top_k});
+                             .greedy = choice.greedy(),
+                             .top_k = choice.top()});
     ++tm.decode_steps;
   }
   if (!stops.stopped()) {

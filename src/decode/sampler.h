@@ -87,6 +87,7 @@ class Sampler {
                                uint64_t position);
 
   const SamplingParams& params() const { return params_; }
+  int64_t n_vocab() const { return n_vocab_; }
 
  private:
   struct Candidate {
