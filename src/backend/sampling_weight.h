@@ -94,4 +94,23 @@ STRATA_HOST_DEVICE inline float sampling_weight(float x, float max, float t) {
   return sampling_exp(sampling_detail::div(sampling_detail::add(x, -max), t));
 }
 
+// A softmax sum in kSumChunk's order on the host: weights added in ascending column order.
+class ChunkedSum {
+ public:
+  void add(int64_t column, float weight) {
+    const int64_t chunk = column / kSumChunk;
+    if (chunk != chunk_) {
+      total_ += part_;
+      part_ = 0.0f;
+      chunk_ = chunk;
+    }
+    part_ += weight;
+  }
+  float total() const { return total_ + part_; }
+
+ private:
+  int64_t chunk_ = -1;
+  float part_ = 0.0f, total_ = 0.0f;
+};
+
 }  // namespace strata::backend

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "backend/backend.h"
-#include "backend/cpu/ops_sampling_sums.h"
 #include "backend/sampling_weight.h"
 #include "util/error.h"
 #include "util/rng.h"
@@ -104,15 +103,18 @@ int32_t Sampler::choose(std::span<const float> logits, std::span<const int32_t> 
     std::sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
   }
   const float max = std::min_element(candidates_.begin(), candidates_.end(), ByLogit())->logit;
-  cpu::ChunkedSum z;
-  for (const Candidate& c : candidates_) z.add(c.id, backend::sampling_weight(c.logit, max, params_.temperature));
+  backend::ChunkedSum z;
+  for (Candidate& c : candidates_) {
+    c.weight = backend::sampling_weight(c.logit, max, params_.temperature);
+    z.add(c.id, c.weight);
+  }
   if (params_.nucleus()) {
     const size_t best = std::min(candidates_.size(), size_t(kMaxNucleus));
     std::nth_element(candidates_.begin(), candidates_.begin() + std::ptrdiff_t(best), candidates_.end(), ByLogit());
     candidates_.resize(best);
     std::sort(candidates_.begin(), candidates_.end(), ByLogit());
   }
-  return sample_kept(max, z.total(), counter);
+  return sample_kept(z.total(), counter);
 }
 
 int32_t Sampler::sample_candidates_at(std::span<const int32_t> columns, std::span<const float> logits,
@@ -131,20 +133,20 @@ int32_t Sampler::sample_candidates_at(std::span<const int32_t> columns, std::spa
   }
   if (candidates_.empty()) fail("sampling: every logit is NaN");
   const float max = candidates_[0].logit;
-  if (params_.device_row_sum()) return sample_kept(max, row_sum, position);
-  // Top-k: the candidates are K.
+  for (Candidate& c : candidates_) c.weight = backend::sampling_weight(c.logit, max, params_.temperature);
+  if (params_.device_row_sum()) return sample_kept(row_sum, position);
+  // Top-k: the candidates are K, their sum taken in id order.
   kept_.clear();
-  for (const Candidate& c : candidates_) kept_.emplace_back(c.id, backend::sampling_weight(c.logit, max, params_.temperature));
+  for (const Candidate& c : candidates_) kept_.emplace_back(c.id, c.weight);
   std::sort(kept_.begin(), kept_.end());
-  cpu::ChunkedSum z;
+  backend::ChunkedSum z;
   for (const auto& [id, w] : kept_) z.add(id, w);
-  return sample_kept(max, z.total(), position);
+  return sample_kept(z.total(), position);
 }
 
-int32_t Sampler::sample_kept(float max, float z, uint64_t counter) {
+int32_t Sampler::sample_kept(float z, uint64_t counter) {
   probs_.resize(candidates_.size());
-  for (size_t i = 0; i < candidates_.size(); ++i)
-    probs_[i] = backend::sampling_weight(candidates_[i].logit, max, params_.temperature) / z;
+  for (size_t i = 0; i < candidates_.size(); ++i) probs_[i] = candidates_[i].weight / z;
   size_t n = candidates_.size();
   if (params_.top_p < 1.0f) {
     double cum = 0;

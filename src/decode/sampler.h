@@ -93,12 +93,13 @@ class Sampler {
   struct Candidate {
     int32_t id;
     float logit;
+    float weight = 0.0f;  // backend::sampling_weight, once K's largest logit is known
   };
   void apply_penalties(std::span<const int32_t> history);
   int32_t choose(std::span<const float> logits, std::span<const int32_t> history, uint64_t counter);
   // Steps 3 and 4 over candidates_ (K, or its best kMaxNucleus in sampler order where a nucleus is
-  // cut), whose largest logit is `max` and whose weights sum to `z` over K.
-  int32_t sample_kept(float max, float z, uint64_t counter);
+  // cut; weights set), whose weights sum to `z` over K.
+  int32_t sample_kept(float z, uint64_t counter);
 
   SamplingParams params_;
   int64_t n_vocab_;

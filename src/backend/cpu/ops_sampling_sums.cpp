@@ -17,7 +17,7 @@ void sampling_sums(const Tensor& x, float temperature, Tensor sums) {
     float max = -std::numeric_limits<float>::infinity();
     for (int64_t c = 0; c < x.cols; ++c)
       if (row[c] > max) max = row[c];
-    ChunkedSum sum;
+    backend::ChunkedSum sum;
     for (int64_t c = 0; c < x.cols; ++c)
       if (!std::isnan(row[c])) sum.add(c, backend::sampling_weight(row[c], max, temperature));
     sums.data[r * sums.stride] = sum.total();
