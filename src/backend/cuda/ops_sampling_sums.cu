@@ -62,7 +62,8 @@ __global__ void sampling_sums_kernel(const float* __restrict__ x, int64_t stride
 
 }  // namespace
 
-int64_t sampling_sums_max_cols() { return int64_t(48 * 1024 / sizeof(float)) * backend::kSumChunk; }
+// The 48 KiB a block may use without opting in, less 1 KiB for the kernel's static arrays.
+int64_t sampling_sums_max_cols() { return int64_t((47 * 1024) / sizeof(float)) * backend::kSumChunk; }
 
 void launch_sampling_sums(const DeviceContext& ctx, const Tensor& x, float temperature, Tensor sums) {
   if (x.rows == 0) return;
