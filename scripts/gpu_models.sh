@@ -11,7 +11,9 @@
 #                                     (the flagship with a 24 GiB HBM cache: host tier, then none), and
 #                                     next80b-profile / flagship-profile (time per op on the device,
 #                                     STRATA_CUDA_PROFILE=1: windows run op by op, so tok/s is not
-#                                     the graph's)
+#                                     the graph's), next80b-parallel (--parallel 1, 2, 4, 8: N decode
+#                                     streams in one window) and next80b-parallel-profile (1 and 8,
+#                                     time per op)
 set -uo pipefail
 
 bundle=$(cd "$(dirname "$0")" && pwd)
@@ -120,6 +122,15 @@ for m in "${models[@]}"; do
     next80b-cpu) synth next80b qwen3next qwen3-next-80b-a3b && bench next80b cpu --prompt-tokens 16 --gen-tokens 8 --batch 16 ;;
     next80b-profile) synth next80b qwen3next qwen3-next-80b-a3b &&
       STRATA_CUDA_PROFILE=1 bench next80b cuda --prompt-tokens 512 --gen-tokens 16 ;;
+    next80b-parallel) synth next80b qwen3next qwen3-next-80b-a3b &&
+      for n in 1 2 4 8; do
+        BENCH_TAG=next80b-parallel$n bench next80b cuda --prompt-tokens 16 --batch 16 --gen-tokens 32 --parallel $n
+      done ;;
+    next80b-parallel-profile) synth next80b qwen3next qwen3-next-80b-a3b &&
+      for n in 1 8; do
+        STRATA_CUDA_PROFILE=1 BENCH_TAG=next80b-parallel$n-profile bench next80b cuda --prompt-tokens 16 --batch 16 \
+          --gen-tokens 16 --parallel $n
+      done ;;
     flagship-profile) synth flagship qwen4exp flagship &&
       STRATA_CUDA_PROFILE=1 bench flagship cuda --prompt-tokens 512 --gen-tokens 16 ;;
     flagship) synth flagship qwen4exp flagship && bench flagship cuda --prompt-tokens 512 --gen-tokens 64 ;;

@@ -623,6 +623,72 @@ TEST_P(Ops, GatedDeltaRuleSharesQkHeads) {
   }
 }
 
+// The conv and the delta rule over a window of several sequences, each with its own state (what a
+// window of --parallel streams runs): bitwise the op on each sequence's rows and state in turn, on
+// every backend; against the CPU within the ops' limits. 40 sequences exceed one launch's table.
+TEST_P(Ops, StatefulOpsOverSequencesEqualEachSequenceAlone) {
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t n = draw == 13 ? 40 : pick(rng, 2, 6), C = pick(rng, 1, 300), K = 4, H = pick(rng, 1, 3),
+                  Hk = draw == 12 ? 1 : H, dk = draw == 11 ? 128 : draw == 12 ? 64 : 32, dv = 16 * pick(rng, 1, 4);
+    std::vector<SequenceState> seqs;
+    int64_t T = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t rows = pick(rng, 1, 3);
+      seqs.push_back({T, rows, {}});
+      T += rows;
+    }
+    SCOPED_TRACE(::testing::Message() << n << " sequences, T " << T << " C " << C << " H " << H << " dk " << dk);
+    const Floats x = normal_floats(size_t(T * C), draw), conv0 = normal_floats(size_t(n * (K - 1) * C), draw + 1);
+    HostTensor w = f32_tensor("conv.weight", {K, C}, normal_floats(size_t(C * K), draw + 2));
+    Floats q = normal_floats(size_t(T * Hk * dk), draw + 3, 0.1f), k = normal_floats(size_t(T * Hk * dk), draw + 4, 0.1f),
+           v = normal_floats(size_t(T * H * dv), draw + 5), g(size_t(T * H)), beta(size_t(T * H)),
+           ssm0 = normal_floats(size_t(n * H * dk * dv), draw + 6, 0.1f);
+    for (int64_t i = 0; i < T * H; ++i) g[size_t(i)] = -rng.uniform(0.0f, 1.0f), beta[size_t(i)] = rng.uniform(0.0f, 1.0f);
+    // y of the conv, y of the rule, then every sequence's two states.
+    auto run = [&](Backend& b, bool together) {
+      const Weight wt = b.weight(w.info);
+      Tensor xt = make(b, T, C, x), cy = b.alloc(T, C), qt = make(b, T, Hk * dk, q), kt = make(b, T, Hk * dk, k),
+             vt = make(b, T, H * dv, v), gt = make(b, T, H, g), bt = make(b, T, H, beta), ry = b.alloc(T, H * dv);
+      Tensor conv_all = make(b, n * (K - 1), C, conv0), ssm_all = make(b, n * H * dk, dv, ssm0);
+      std::vector<SequenceState> conv = seqs, ssm = seqs;
+      for (int64_t i = 0; i < n; ++i) {
+        conv[size_t(i)].state = conv_all.rows_view(i * (K - 1), K - 1);
+        ssm[size_t(i)].state = ssm_all.rows_view(i * H * dk, H * dk);
+      }
+      if (together) {
+        b.conv1d_silu_sequences(xt, conv, wt, cy);
+        b.gated_delta_rule_sequences(qt, kt, vt, gt, bt, ssm, H, HeadRepeat::Tiled, ry);
+      } else {
+        for (size_t i = 0; i < seqs.size(); ++i) {
+          const auto rows = [&](const Tensor& t) { return t.rows_view(seqs[i].first, seqs[i].rows); };
+          b.conv1d_silu(rows(xt), conv[i].state, wt, rows(cy));
+          b.gated_delta_rule(rows(qt), rows(kt), rows(vt), rows(gt), rows(bt), ssm[i].state, H,
+                             HeadRepeat::Tiled, rows(ry));
+        }
+      }
+      return std::vector<Floats>{read(b, cy), read(b, ry), read(b, conv_all), read(b, ssm_all)};
+    };
+    const std::vector<Floats> got = run(be(), true), alone = run(be(), false), cpu = run(ref(), true);
+    const char* what[] = {"conv", "delta rule", "conv states", "delta rule states"};
+    for (size_t i = 0; i < got.size(); ++i) {
+      expect_bitwise(got[i], alone[i], std::string(what[i]) + ": sequences together vs each alone");
+      expect_close(got[i], cpu[i], 1e-5, 1e-6, std::string(what[i]) + " vs cpu");
+    }
+  }
+  HostTensor w = f32_tensor("conv.weight", {4, 8}, normal_floats(32, 1));
+  const Weight wt = be().weight(w.info);
+  Tensor x = be().alloc(4, 8), y = be().alloc(4, 8), states = be().alloc(9, 8);
+  const SequenceState overlapping[] = {{0, 2, states.rows_view(0, 3)}, {1, 2, states.rows_view(3, 3)}};
+  expect_throws_naming([&] { be().conv1d_silu_sequences(x, overlapping, wt, y); }, "overlaps the one before");
+  const SequenceState shared[] = {{0, 2, states.rows_view(0, 3)}, {2, 2, states.rows_view(0, 3)}};
+  expect_throws_naming([&] { be().conv1d_silu_sequences(x, shared, wt, y); }, "share one state");
+  const SequenceState past_end[] = {{0, 2, states.rows_view(0, 3)}, {2, 3, states.rows_view(3, 3)}};
+  expect_throws_naming([&] { be().conv1d_silu_sequences(x, past_end, wt, y); }, "outside the window's 4 rows");
+  const SequenceState short_state[] = {{0, 2, states.rows_view(0, 3)}, {2, 2, states.rows_view(3, 2)}};
+  expect_throws_naming([&] { be().conv1d_silu_sequences(x, short_state, wt, y); }, "differs in shape");
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Ops, ::testing::ValuesIn(backend_names()),
                          [](const auto& info) { return info.param; });
 

@@ -107,7 +107,7 @@ TEST_P(WeightOps, MatmulsOfOneXEqualSeparateMatmuls) {
     for (size_t i = 0; i < 4; ++i)
       hw.push_back(random_tensor("w" + std::to_string(i), t, rows[i], cols, 1,
                                  300 + uint64_t(t) * 4 + i));
-    for (const int64_t T : {int64_t(1), int64_t(3)}) {
+    for (const int64_t T : {int64_t(1), int64_t(3), int64_t(8)}) {
       SCOPED_TRACE(::testing::Message() << "T " << T << " cols " << cols);
       const Floats x = normal_floats(size_t(T * cols), 400 + uint64_t(t));
       std::vector<Weight> ws;

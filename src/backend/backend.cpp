@@ -56,6 +56,44 @@ void Backend::matmuls(std::span<const Weight* const> ws, const Tensor& x, std::s
   for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], x, ys[i]);
 }
 
+void check_sequences(const char* op, int64_t rows, std::span<const SequenceState> sequences) {
+  if (sequences.empty()) fail(op, ": no sequences");
+  int64_t next = 0;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const SequenceState& s = sequences[i];
+    if (s.first < next || s.rows < 1 || s.first + s.rows > rows)
+      fail(op, ": sequence ", i, " (rows ", s.first, "..", s.first + s.rows - 1,
+           ") is empty, outside the window's ", rows, " rows or overlaps the one before");
+    next = s.first + s.rows;
+    const Tensor& a = sequences[0].state;
+    if (s.state.rows != a.rows || s.state.cols != a.cols || s.state.stride != a.stride)
+      fail(op, ": sequence ", i, "'s state [", s.state.rows, " x ", s.state.cols,
+           "] differs in shape from sequence 0's [", a.rows, " x ", a.cols, "]");
+    for (size_t j = 0; j < i; ++j)
+      if (sequences[j].state.data == s.state.data)
+        fail(op, ": sequences ", j, " and ", i, " share one state");
+  }
+}
+
+void Backend::conv1d_silu_sequences(const Tensor& x, std::span<const SequenceState> sequences,
+                                    const Weight& w, Tensor y) {
+  check_sequences("conv1d_silu_sequences", x.rows, sequences);
+  for (const SequenceState& s : sequences)
+    conv1d_silu(x.rows_view(s.first, s.rows), s.state, w, y.rows_view(s.first, s.rows));
+}
+
+void Backend::gated_delta_rule_sequences(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const Tensor& g, const Tensor& beta,
+                                         std::span<const SequenceState> sequences, int64_t n_heads,
+                                         HeadRepeat repeat, Tensor y) {
+  check_sequences("gated_delta_rule_sequences", q.rows, sequences);
+  for (const SequenceState& s : sequences) {
+    const auto rows = [&s](const Tensor& t) { return t.rows_view(s.first, s.rows); };
+    gated_delta_rule(rows(q), rows(k), rows(v), rows(g), rows(beta), s.state, n_heads, repeat,
+                     rows(y));
+  }
+}
+
 Ids make_ids(Backend& be, std::span<const int32_t> host, int64_t rows, int64_t cols) {
   if (int64_t(host.size()) != rows * cols)
     fail("make_ids: ", host.size(), " values for [", rows, " x ", cols, "]");

@@ -78,6 +78,13 @@ inline QkHeadMap qk_head_map(HeadRepeat repeat, int64_t n_heads, int64_t qk_head
                                            : QkHeadMap{1, qk_heads};
 }
 
+// One sequence of a window that holds several (the *_sequences ops): the window's rows
+// [first, first + rows) and that sequence's state for the op.
+struct SequenceState {
+  int64_t first = 0, rows = 0;
+  Tensor state;
+};
+
 // The routed choice of a window, on the host: per row the experts in rank order (best first) and
 // their mixing weights. The forward pass keeps routing in backend memory (Ids + Tensor); the host
 // sees it only where it decides something (the expert cache, traces, cache-conditional routing).
@@ -302,6 +309,16 @@ class Backend {
   virtual void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& g, const Tensor& beta, Tensor state, int64_t n_heads,
                                 HeadRepeat repeat, Tensor y) = 0;
+  // conv1d_silu and gated_delta_rule over a window of several sequences, each sequence's rows
+  // with its own state: the op on each sequence's rows and state in turn (what the defaults do;
+  // a backend may run all of them in one launch, with the same bits). The sequences are in row
+  // order, do not overlap, and their states are distinct tensors of one shape.
+  virtual void conv1d_silu_sequences(const Tensor& x, std::span<const SequenceState> sequences,
+                                     const Weight& w, Tensor y);
+  virtual void gated_delta_rule_sequences(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& g, const Tensor& beta,
+                                          std::span<const SequenceState> sequences, int64_t n_heads,
+                                          HeadRepeat repeat, Tensor y);
   // The delta rule's log decay: g[t, h] = ssm_a[h] * softplus(a[t, h] + dt_bias[h]), softplus(z)
   // = z > 20 ? z : log1p(exp(z)) (torch's threshold); ssm_a and dt_bias F32 [n_heads].
   virtual void ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a,
@@ -357,6 +374,9 @@ class Backend {
 // New ids [rows, cols] holding host (rows * cols values); the caller releases them.
 Ids make_ids(Backend& be, std::span<const int32_t> host, int64_t rows, int64_t cols);
 Routing download_routing(Backend& be, const Ids& experts, const Tensor& weights);
+// Fails, naming op, unless `sequences` are what the *_sequences ops take for a window of `rows`
+// rows (in row order, none empty or overlapping, distinct states of one shape).
+void check_sequences(const char* op, int64_t rows, std::span<const SequenceState> sequences);
 void upload_routing(Backend& be, const Routing& routing, Ids experts, Tensor weights);
 
 }  // namespace strata::backend

@@ -295,6 +295,7 @@ void run_parallel(const BenchOptions& o) {
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   const auto start = m.expert_stats();
+  const backend::BackendCounters counters_start = m.backend().counters();
   const util::RunSample run_start = util::sample_run();
   auto t0 = Clock::now();
   for (size_t s = 0; s < tokens.size(); ++s)
@@ -303,6 +304,7 @@ void run_parallel(const BenchOptions& o) {
                 model::LogitsMode::Last);
   const double prefill_s = seconds_since(t0);
   const auto after_prefill = m.expert_stats();
+  const backend::BackendCounters counters_prefill = m.backend().counters();
   const util::RunSample run_prefill = util::sample_run();
   t0 = Clock::now();
   std::vector<model::Model::SequenceRows> rows(tokens.size());
@@ -312,6 +314,7 @@ void run_parallel(const BenchOptions& o) {
   }
   const double decode_s = seconds_since(t0);
   const auto after_decode = m.expert_stats();
+  const backend::BackendCounters counters_decode = m.backend().counters();
   const util::RunSample run_decode = util::sample_run();
   nlohmann::ordered_json j;
   j["model"] = o.model;
@@ -330,6 +333,10 @@ void run_parallel(const BenchOptions& o) {
   j["decode"] = phase_json(o.gen_tokens * o.parallel, decode_s, decode_cache, slot_bytes);
   j["decode"]["accounting"] = accounting_json(o.gen_tokens * o.parallel, decode_s, run_decode.since(run_prefill),
                                               decode_cache ? decode_cache->stall_seconds : 0.0);
+  if (std::string_view(m.backend().name()) != "cpu") {  // per token of all sequences together
+    j["prefill"]["backend"] = backend_json(o.prompt_tokens * o.parallel, counters_start, counters_prefill);
+    j["decode"]["backend"] = backend_json(o.gen_tokens * o.parallel, counters_prefill, counters_decode);
+  }
   j["decode"]["windows"] = o.gen_tokens;
   j["decode"]["tok_per_s_per_sequence"] = decode_s > 0 ? double(o.gen_tokens) / decode_s : 0.0;
   j["rss"] = {{"vm_hwm_bytes", proc_status_bytes("VmHWM")},

@@ -36,28 +36,50 @@ void Window::dump(const char* name, int64_t il, const Tensor& t) {
   dump_fn(il < 0 ? std::string(name) : cat(name, "-", il), rows, t.cols);
 }
 
-Tensor per_sequence(Window& w, const Tensor& x, const SequencePart& part) {
-  return per_sequence(w, std::span(&x, 1),
-                      [&part](Window& s, std::span<const Tensor> rows) { return part(s, rows[0]); });
+namespace {
+
+// Sequence s's own window: its rows, positions and state, as if it were alone.
+Window sequence_window(Window& w, const WindowSequence& s) {
+  static const DumpFn kNoDump;  // a sequence's own rows are not dumped
+  return Window{w.be, w.c, w.w, w.experts, *s.state,
+                std::vector<int32_t>(w.pos.begin() + s.first, w.pos.begin() + s.first + s.rows),
+                w.tokens.subspan(size_t(s.first), size_t(s.rows)), s.rows, w.renormalize_topk, kNoDump,
+                Scratch(w.be), w.route, w.positions.rows_view(s.first, s.rows)};
 }
 
-Tensor per_sequence(Window& w, std::span<const Tensor> inputs, const SequenceParts& part) {
-  if (w.sequences.size() <= 1) return part(w, inputs);
-  static const DumpFn kNoDump;  // a sequence's own rows are not dumped
+}  // namespace
+
+Tensor per_sequence(Window& w, const Tensor& x, const SequencePart& part) {
+  if (w.sequences.size() <= 1) return part(w, x);
   Tensor out;
   for (const WindowSequence& s : w.sequences) {
-    Window seq{w.be, w.c, w.w, w.experts, *s.state,
-               std::vector<int32_t>(w.pos.begin() + s.first, w.pos.begin() + s.first + s.rows),
-               w.tokens.subspan(size_t(s.first), size_t(s.rows)), s.rows, w.renormalize_topk, kNoDump,
-               Scratch(w.be)};
-    seq.route = w.route;
-    seq.positions = w.positions.rows_view(s.first, s.rows);
-    std::vector<Tensor> rows;
-    for (const Tensor& t : inputs) rows.push_back(t.rows_view(s.first, s.rows));
-    const Tensor r = part(seq, rows);
+    Window seq = sequence_window(w, s);
+    const Tensor r = part(seq, x.rows_view(s.first, s.rows));
     if (!out.data) out = w.tmp(w.T, r.cols);
     w.be.copy(r, out.rows_view(s.first, s.rows));
   }
+  return out;
+}
+
+Tensor per_sequence(Window& w, std::span<const Tensor> inputs, int64_t cols, const SequenceParts& part) {
+  Tensor out = w.tmp(w.T, cols);
+  if (w.sequences.size() <= 1) {
+    part(w, inputs, out);
+    return out;
+  }
+  for (const WindowSequence& s : w.sequences) {
+    Window seq = sequence_window(w, s);
+    std::vector<Tensor> rows;
+    for (const Tensor& t : inputs) rows.push_back(t.rows_view(s.first, s.rows));
+    part(seq, rows, out.rows_view(s.first, s.rows));
+  }
+  return out;
+}
+
+std::vector<backend::SequenceState> sequence_states(const Window& w, int64_t il, Tensor LayerState::*member) {
+  if (w.sequences.size() <= 1) return {{0, w.T, w.state.layers[size_t(il)].*member}};
+  std::vector<backend::SequenceState> out;
+  for (const WindowSequence& s : w.sequences) out.push_back({s.first, s.rows, s.state->layers[size_t(il)].*member});
   return out;
 }
 

@@ -91,11 +91,16 @@ Tensor qwen4exp_mtp_output(Window& w, const LayerWeights& L, const Tensor& x);
 // Returns the rows' results in window order, [T, cols]. With one sequence it is just part(w, x).
 using SequencePart = std::function<Tensor(Window& sequence, const Tensor& rows)>;
 Tensor per_sequence(Window& w, const Tensor& x, const SequencePart& part);
-// The same over several tensors of the window's rows: `part` gets each sequence's rows of every
-// input, in order. A block runs its stateless projections over the whole window (one matmul reads
-// the weights once for every sequence's rows) and only its stateful core per sequence.
-using SequenceParts = std::function<Tensor(Window& sequence, std::span<const Tensor> rows)>;
-Tensor per_sequence(Window& w, std::span<const Tensor> inputs, const SequenceParts& part);
+// The same over several tensors of the window's rows, written in place: `part` gets each
+// sequence's rows of every input, in order, and writes that sequence's rows of the result
+// [T, cols] (so no copy gathers them). A block runs its stateless ops over the whole window (one
+// matmul reads the weights once for every sequence's rows) and only its stateful core per sequence.
+using SequenceParts = std::function<void(Window& sequence, std::span<const Tensor> rows, Tensor out)>;
+Tensor per_sequence(Window& w, std::span<const Tensor> inputs, int64_t cols, const SequenceParts& part);
+
+// Each sequence's rows of the window with its layer-il state `member` (the whole window and
+// `state` for a window of one sequence): what the backend's *_sequences ops take.
+std::vector<backend::SequenceState> sequence_states(const Window& w, int64_t il, Tensor LayerState::*member);
 
 // The layer function of an architecture.
 LayerFn layer_function(Arch arch);

@@ -27,14 +27,12 @@ Tensor attention(Window& w, int64_t il, const Tensor& x) {
   be.rope_neox(q, w.positions, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
   be.rope_neox(k, w.positions, d, c.rope_dim, float(c.rope_theta));
   const Tensor qkv[] = {q, k, v};
-  Tensor o = per_sequence(w, qkv, [il](Window& s, std::span<const Tensor> rows) {
+  Tensor o = per_sequence(w, qkv, h * d, [il](Window& s, std::span<const Tensor> rows, Tensor attn) {
     const ModelConfig& sc = s.c;
     LayerState& st = s.state.layers[size_t(il)];
     s.be.kv_write(st.k_cache, st.v_cache, rows[1], rows[2], s.positions);  // past_key_values.update
-    Tensor attn = s.tmp(s.T, sc.n_head * sc.head_dim);
     s.be.attention(rows[0], st.k_cache, st.v_cache, s.positions, sc.n_head, sc.n_head_kv,
                    sc.head_dim, 1.0f / std::sqrt(float(sc.head_dim)), attn);  // scaling
-    return attn;
   });
   Tensor out = w.tmp(w.T, c.n_embd);
   be.matmul(L.attn_output, o, out);  // o_proj(attn_output)

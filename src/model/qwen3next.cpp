@@ -22,15 +22,13 @@ namespace {
 Tensor gated_attention(Window& w, int64_t il, const Tensor& x) {
   const GatedQuery qg = gated_projections(w, il, x);
   const Tensor qkv[] = {qg.q, qg.k, qg.v};
-  Tensor o = per_sequence(w, qkv, [il](Window& s, std::span<const Tensor> rows) {
+  Tensor o = per_sequence(w, qkv, w.c.n_head * w.c.head_dim, [il](Window& s, std::span<const Tensor> rows, Tensor attn) {
     const ModelConfig& c = s.c;
     LayerState& st = s.state.layers[size_t(il)];
     const int64_t d = c.head_dim;
     s.be.kv_write(st.k_cache, st.v_cache, rows[1], rows[2], s.positions);  // past_key_values.update
-    Tensor attn = s.tmp(s.T, c.n_head * d);
     s.be.attention(rows[0], st.k_cache, st.v_cache, s.positions, c.n_head, c.n_head_kv, d,
                    1.0f / std::sqrt(float(d)), attn);
-    return attn;
   });
   return gated_output(w, il, o, qg.gate);
 }
@@ -55,40 +53,6 @@ void input_projections(Window& w, const LayerWeights& L, const Tensor& x, Tensor
   const int64_t widths[] = {r, r};
   Tensor parts[] = {b, a};
   w.be.split_groups(ba, gk, widths, parts);  // fix_query_key_value_ordering: b, a
-}
-
-// The DeltaNet's stateful part for one sequence's rows: the causal conv over mixed_qkv, the
-// gates, and the gated delta rule. Returns core_attn_out [T, value_dim].
-Tensor delta_net_core(Window& w, int64_t il, const Tensor& qkv, const Tensor& b, const Tensor& a) {
-  const ModelConfig& c = w.c;
-  const LayerWeights& L = w.w.layers[size_t(il)];
-  LayerState& st = w.state.layers[size_t(il)];
-  backend::Backend& be = w.be;
-  const int64_t s = c.ssm_state, gv = c.ssm_v_heads, kd = c.ssm_key_dim(), vd = c.ssm_value_dim();
-  Tensor conv = w.tmp(w.T, c.ssm_conv_dim());
-  if (w.journal) w.journal->conv(st.conv, qkv, L.ssm_conv1d, 1);
-  be.conv1d_silu(qkv, st.conv, L.ssm_conv1d, conv);  // causal_conv1d_fn(..., activation="silu")
-  w.dump("gdn_conv", il, conv);
-  // torch.split(mixed_qkv, [key_dim, key_dim, value_dim]): q and k are conv's first 2 kd columns
-  const Tensor v = conv.cols_view(2 * kd, vd);
-  Tensor beta = w.tmp(w.T, gv), g = w.tmp(w.T, gv);
-  // beta = b.sigmoid(); g = -self.A_log.exp() * F.softplus(a + self.dt_bias)
-  be.ssm_gates(b, a, L.ssm_dt, L.ssm_a, beta, g);
-  // torch_*_gated_delta_rule(use_qk_l2norm_in_kernel=True): l2norm(q), l2norm(k), q * dk^-0.5
-  Tensor qkn = w.tmp(w.T, 2 * kd);
-  be.l2_norm(conv.cols_view(0, 2 * kd), s, 1e-6f, qkn);
-  Tensor qn = qkn.cols_view(0, kd);
-  const Tensor kn = qkn.cols_view(kd, kd);
-  be.scale(qn, 1.0f / std::sqrt(float(s)), qn);
-  Tensor core = w.tmp(w.T, vd);
-  // q and k stay at their Gk heads: the op reads head g of value head h as the reference's
-  // repeat_interleave (Qwen3-Next) or tile (the others) would have put it there.
-  const backend::HeadRepeat repeat =
-      c.arch == Arch::Qwen3Next ? backend::HeadRepeat::Interleaved : backend::HeadRepeat::Tiled;
-  if (w.journal) w.journal->delta_rule(st.ssm, qn, kn, v, g, beta, gv, repeat);
-  be.gated_delta_rule(qn, kn, v, g, beta, st.ssm, gv, repeat, core);
-  w.dump("gdn_core", il, core);
-  return core;
 }
 
 }  // namespace
@@ -129,21 +93,44 @@ Tensor gated_output(Window& w, int64_t il, Tensor o, const Tensor& gate) {
   return out;
 }
 
-// Qwen3NextGatedDeltaNet.forward. The projections see every sequence's rows; the conv and the
-// delta rule (and the gates between them) run per sequence.
+// Qwen3NextGatedDeltaNet.forward, over every sequence of the window at once: the conv and the
+// delta rule take each sequence's rows with its own state.
 Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   const ModelConfig& c = w.c;
   const LayerWeights& L = w.w.layers[size_t(il)];
   backend::Backend& be = w.be;
-  const int64_t s = c.ssm_state, gv = c.ssm_v_heads, vd = c.ssm_value_dim();
+  const int64_t s = c.ssm_state, gv = c.ssm_v_heads, kd = c.ssm_key_dim(), vd = c.ssm_value_dim();
 
   Tensor qkv = w.tmp(w.T, c.ssm_conv_dim()), z = w.tmp(w.T, vd);
   Tensor b = w.tmp(w.T, gv), a = w.tmp(w.T, gv);
   input_projections(w, L, x, qkv, z, b, a);
-  const Tensor inputs[] = {qkv, b, a};
-  Tensor core = per_sequence(w, inputs, [il](Window& sw, std::span<const Tensor> rows) {
-    return delta_net_core(sw, il, rows[0], rows[1], rows[2]);
-  });
+  // A window of one sequence may be speculative: its journal keeps what a rollback needs.
+  LayerState& st = w.state.layers[size_t(il)];
+  Tensor conv = w.tmp(w.T, c.ssm_conv_dim());
+  if (w.journal) w.journal->conv(st.conv, qkv, L.ssm_conv1d, 1);
+  // causal_conv1d_fn(..., activation="silu"), each sequence's rows with its own conv state
+  be.conv1d_silu_sequences(qkv, sequence_states(w, il, &LayerState::conv), L.ssm_conv1d, conv);
+  w.dump("gdn_conv", il, conv);
+  // torch.split(mixed_qkv, [key_dim, key_dim, value_dim]): q and k are conv's first 2 kd columns
+  const Tensor v = conv.cols_view(2 * kd, vd);
+  Tensor beta = w.tmp(w.T, gv), g = w.tmp(w.T, gv);
+  // beta = b.sigmoid(); g = -self.A_log.exp() * F.softplus(a + self.dt_bias)
+  be.ssm_gates(b, a, L.ssm_dt, L.ssm_a, beta, g);
+  // torch_*_gated_delta_rule(use_qk_l2norm_in_kernel=True): l2norm(q), l2norm(k), q * dk^-0.5
+  Tensor qkn = w.tmp(w.T, 2 * kd);
+  be.l2_norm(conv.cols_view(0, 2 * kd), s, 1e-6f, qkn);
+  Tensor qn = qkn.cols_view(0, kd);
+  const Tensor kn = qkn.cols_view(kd, kd);
+  be.scale(qn, 1.0f / std::sqrt(float(s)), qn);
+  Tensor core = w.tmp(w.T, vd);
+  // q and k stay at their Gk heads: the op reads head g of value head h as the reference's
+  // repeat_interleave (Qwen3-Next) or tile (the others) would have put it there.
+  const backend::HeadRepeat repeat =
+      c.arch == Arch::Qwen3Next ? backend::HeadRepeat::Interleaved : backend::HeadRepeat::Tiled;
+  if (w.journal) w.journal->delta_rule(st.ssm, qn, kn, v, g, beta, gv, repeat);
+  be.gated_delta_rule_sequences(qn, kn, v, g, beta, sequence_states(w, il, &LayerState::ssm), gv,
+                                repeat, core);
+  w.dump("gdn_core", il, core);
   be.rms_norm(core, &L.ssm_norm, s, float(c.rms_eps), core);  // self.norm(core_attn_out, z) ...
   if (c.arch == Arch::Qwen4Exp)
     be.mul_sigmoid(core, z, core);  // ... * sigmoid(z)

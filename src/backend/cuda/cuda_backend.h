@@ -156,11 +156,11 @@ class Device {
   // capturing a graph.
   void matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
                 const float* x, float* y, int tokens = 1, const MatvecQOptions& options = {});
-  // The same for one activation against up to kMaxMatvecQMatrices matrices of format t and `cols`
-  // columns: x quantized once and, for the formats of has_matvec_q, one launch for all of them;
-  // each y bitwise the one-matrix call's.
+  // The same for 1 to kMaxMatvecTokens activations against up to kMaxMatvecQMatrices matrices of
+  // format t and `cols` columns (each y [tokens, rows] contiguous): x quantized once and, for the
+  // formats of has_matvec_q, one launch for all of them; each y bitwise the one-matrix call's.
   void matvec_q(quant::Type t, std::span<const MatvecQMatrix> matrices, int64_t cols,
-                const float* x, const MatvecQOptions& options = {});
+                const float* x, int tokens = 1, const MatvecQOptions& options = {});
 
   // x[t * cols, +cols) for t < tokens into activation layout f at out + t * quantized_act_stride,
   // bytes equal to quant::quantize_act_ref (F32: copied). cols a multiple of f's block, x
@@ -263,6 +263,12 @@ class CudaBackend : public Backend {
   void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, Tensor state, int64_t n_heads,
                         backend::HeadRepeat repeat, Tensor y) override;
+  void conv1d_silu_sequences(const Tensor& x, std::span<const backend::SequenceState> sequences,
+                             const Weight& w, Tensor y) override;
+  void gated_delta_rule_sequences(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& g, const Tensor& beta,
+                                  std::span<const backend::SequenceState> sequences,
+                                  int64_t n_heads, backend::HeadRepeat repeat, Tensor y) override;
   void ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a, Tensor g) override;
   void ssm_gates(const Tensor& b, const Tensor& a, const Weight& dt_bias, const Weight& ssm_a,
                  Tensor beta, Tensor g) override;

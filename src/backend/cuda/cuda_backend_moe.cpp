@@ -119,14 +119,17 @@ void CudaBackend::matmul(const Weight& w, const Tensor& x, Tensor y) {
 
 void CudaBackend::matmuls(std::span<const Weight* const> ws, const Tensor& x,
                           std::span<Tensor> ys) {
-  // One launch where one kernel takes them all: the integer mat-vec (one row of x) or the fp32
-  // matmul, for weights of one type.
+  // One launch where one kernel takes them all: the integer mat-vec (up to kMaxMatvecTokens rows
+  // of x, contiguous outputs) or the fp32 matmul, for weights of one type.
   const auto same_type = [&](const Weight* w) { return w->type == ws[0]->type; };
   const bool one_type = ws.size() > 1 && ws.size() <= size_t(cuda::kMaxMatvecQMatrices) &&
                         ws.size() == ys.size() && std::all_of(ws.begin(), ws.end(), same_type);
   const quant::Type t = one_type ? ws[0]->type : quant::Type::F32;
   const quant::ActFormat fmt = quant::kernels(t).act;
-  const bool integer = one_type && cuda::has_matvec_q(t) && x.rows == 1 &&
+  const auto contiguous = [](const Tensor& y) { return y.stride == y.cols; };
+  const bool integer = one_type && cuda::has_matvec_q(t) && x.rows >= 1 &&
+                       x.rows <= cuda::kMaxMatvecTokens && x.stride == x.cols &&
+                       std::all_of(ys.begin(), ys.end(), contiguous) &&
                        reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   const bool fp32 =
       one_type && !cuda::has_matvec_q(t) && fmt == quant::ActFormat::F32 && rows_aligned(x);
@@ -154,7 +157,7 @@ void CudaBackend::matmuls(std::span<const Weight* const> ws, const Tensor& x,
   quantized.format = int(fmt);
   cuda::MatvecQOptions options;
   options.x_unchanged = impl_->quantized_x == quantized;
-  impl_->device.matvec_q(t, {matrices, ws.size()}, x.cols, x.data, options);
+  impl_->device.matvec_q(t, {matrices, ws.size()}, x.cols, x.data, int(x.rows), options);
   if (fmt != quant::ActFormat::F32) impl_->quantized_x = quantized;
 }
 

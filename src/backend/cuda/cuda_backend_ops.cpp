@@ -376,11 +376,11 @@ void CudaBackend::conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Te
   conv1d_dilated_silu(x, state, w, 1, y);
 }
 
-void CudaBackend::conv1d_dilated_silu(const Tensor& x, Tensor state, const Weight& w,
-                                      int64_t dilation, Tensor y) {
-  if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
-  constexpr const char* op = "conv1d_silu";
+namespace {
+
+// The checks of conv1d_dilated_silu on x, y and one state.
+void check_conv(const CudaBackend::Impl& impl, const char* op, const Tensor& x, const Tensor& state,
+                const Weight& w, int64_t dilation, const Tensor& y) {
   require(dilation >= 1, op, "dilation ", dilation, " must be >= 1");
   check_tensor(op, "x", x);
   check_tensor(op, "state", state);
@@ -390,15 +390,46 @@ void CudaBackend::conv1d_dilated_silu(const Tensor& x, Tensor state, const Weigh
   require(w.rows == x.cols && w.cols >= 1, op, "the weight [", w.rows, " x ", w.cols,
           "] should have one row per channel of x ", shape(x));
   require(w.row_stride == size_t(w.cols) * 4, op, "the weight rows must be contiguous");
-  impl_->check_device_weight(op, "the weight", w);
+  impl.check_device_weight(op, "the weight", w);
   const int64_t S = (w.cols - 1) * dilation;
   require(state.rows == S && state.cols == x.cols, op, "state ", shape(state), " should be [", S,
           " x ", x.cols, "]");
   check_no_overlap(op, "x", x, "y", y);
   check_no_overlap(op, "state", state, "y", y);
   check_no_overlap(op, "state", state, "x", x);
-  detail::launch_conv1d_silu(impl_->ctx, x, state, static_cast<const float*>(w.data), w.cols,
+}
+
+// The checks of gated_delta_rule on one state: how value heads read q/k heads.
+QkHeadMap check_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                     const Tensor& beta, const Tensor& state, int64_t n_heads, HeadRepeat repeat,
+                     const Tensor& y) {
+  const QkHeadMap map = cpu::check_delta_rule(q, k, v, g, beta, state, n_heads, repeat, y);
+  for (const Tensor* in : std::initializer_list<const Tensor*>{&q, &k, &v, &g, &beta})
+    require(!overlaps(*in, state), "gated_delta_rule", "the state overlaps an input");
+  return map;
+}
+
+}  // namespace
+
+void CudaBackend::conv1d_dilated_silu(const Tensor& x, Tensor state, const Weight& w,
+                                      int64_t dilation, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  check_conv(*impl_, "conv1d_silu", x, state, w, dilation, y);
+  const SequenceState whole[] = {{0, x.rows, state}};
+  detail::launch_conv1d_silu(impl_->ctx, x, whole, static_cast<const float*>(w.data), w.cols,
                              dilation, y);
+}
+
+void CudaBackend::conv1d_silu_sequences(const Tensor& x, std::span<const SequenceState> sequences,
+                                        const Weight& w, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  constexpr const char* op = "conv1d_silu_sequences";
+  check_sequences(op, x.rows, sequences);
+  for (const SequenceState& s : sequences)
+    check_conv(*impl_, op, x.rows_view(s.first, s.rows), s.state, w, 1, y.rows_view(s.first, s.rows));
+  detail::launch_conv1d_silu(impl_->ctx, x, sequences, static_cast<const float*>(w.data), w.cols, 1, y);
 }
 
 void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -406,12 +437,25 @@ void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tenso
                                    int64_t n_heads, HeadRepeat repeat, Tensor y) {
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
-  constexpr const char* op = "gated_delta_rule";
-  const QkHeadMap map = cpu::check_delta_rule(q, k, v, g, beta, state, n_heads, repeat, y);
-  for (const Tensor* in : std::initializer_list<const Tensor*>{&q, &k, &v, &g, &beta})
-    require(!overlaps(*in, state), op, "the state overlaps an input");
-  detail::launch_gated_delta_rule(impl_->ctx, q, k, v, g, beta, state, n_heads, map.div, map.mod,
-                                  y);
+  const QkHeadMap map = check_rule(q, k, v, g, beta, state, n_heads, repeat, y);
+  const SequenceState whole[] = {{0, q.rows, state}};
+  detail::launch_gated_delta_rule(impl_->ctx, q, k, v, g, beta, whole, n_heads, map.div, map.mod, y);
+}
+
+void CudaBackend::gated_delta_rule_sequences(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Tensor& g, const Tensor& beta,
+                                             std::span<const SequenceState> sequences,
+                                             int64_t n_heads, HeadRepeat repeat, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  check_sequences("gated_delta_rule_sequences", q.rows, sequences);
+  QkHeadMap map{};
+  for (const SequenceState& s : sequences) {
+    const auto rows = [&s](const Tensor& t) { return t.rows_view(s.first, s.rows); };
+    map = check_rule(rows(q), rows(k), rows(v), rows(g), rows(beta), s.state, n_heads, repeat, rows(y));
+  }
+  detail::launch_gated_delta_rule(impl_->ctx, q, k, v, g, beta, sequences, n_heads, map.div,
+                                  map.mod, y);
 }
 
 void CudaBackend::ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a, Tensor g) {

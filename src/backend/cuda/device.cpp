@@ -210,12 +210,12 @@ void Device::matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t r
 }
 
 void Device::matvec_q(quant::Type t, std::span<const MatvecQMatrix> matrices, int64_t cols,
-                      const float* x, const MatvecQOptions& options) {
+                      const float* x, int tokens, const MatvecQOptions& options) {
   impl_->use();
   const detail::MatvecQContext ctx{impl_->info.index, impl_->info.sm_count, impl_->stream,
                                   impl_->tables,     impl_->limits,         impl_->act_scratch,
                                   impl_->act_in_scratch};
-  detail::run_matvec_q(t, matrices, cols, x, 1, options, ctx);
+  detail::run_matvec_q(t, matrices, cols, x, tokens, options, ctx);
 }
 
 void Device::quantize_act(quant::ActFormat f, const float* x, void* out, int64_t cols,

@@ -379,9 +379,9 @@ __global__ void __launch_bounds__(kThreads) matvec_q_kernel(Args a) {
   run_row_groups<K, false>(smem, a, a.nb);
 }
 
-// Several matrices of one activation in one launch (matvec_q over MatvecQMatrix lists): CTAs
-// first_cta .. first_cta + ctas - 1 of the grid take matrix i's row groups, each exactly as the
-// one-matrix kernel would (the same bits).
+// Several matrices of one x (1 to kMaxMatvecTokens activations) in one launch (matvec_q over
+// MatvecQMatrix lists): CTAs first_cta .. first_cta + ctas - 1 of the grid take matrix i's row
+// groups, each exactly as the one-matrix kernel would (the same bits).
 template <class K>
 __global__ void __launch_bounds__(kThreads) matvec_q_matrices_kernel(Args a, const Matrices m) {
   await_previous_kernel();
@@ -581,7 +581,7 @@ void launch(const MatvecQLaunch& l) {
     check_launch("matvec_q launch");
     return;
   }
-  if constexpr (K::T == 1) {
+  {
     // Each matrix gets a CTA per row group while they all fit at once, else its share of them.
     const int64_t resident =
         int64_t(resident_ctas<K, matvec_q_matrices_kernel<K>>(l.device, smem)) * l.sm_count;
@@ -602,8 +602,6 @@ void launch(const MatvecQLaunch& l) {
     }
     launch_kernel(matvec_q_matrices_kernel<K>, grid, kThreads, smem, l.stream, a, m);
     check_launch("matvec_q launch");
-  } else {
-    fail("CUDA matvec_q: several matrices take one activation, not ", l.tokens);
   }
 }
 

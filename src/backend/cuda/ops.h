@@ -122,13 +122,17 @@ void launch_qsa_select(const DeviceContext& ctx, const Tensor& scores, const int
 
 // ops_ssm.cu --------------------------------------------------------------------------------------
 
-// w: [C, K] contiguous; state [(K-1)*dilation, C].
-void launch_conv1d_silu(const DeviceContext& ctx, const Tensor& x, Tensor state, const float* w,
+// Each sequence's rows of x with its state (one sequence: the whole window), all sequences in one
+// launch per kSequencesPerLaunch. w: [C, K] contiguous; each state [(K-1)*dilation, C], one stride.
+void launch_conv1d_silu(const DeviceContext& ctx, const Tensor& x,
+                        std::span<const backend::SequenceState> sequences, const float* w,
                         int64_t kernel, int64_t dilation, Tensor y);
-// Value head h reads q/k head (h / qk_div) % qk_mod (backend::qk_head_map).
+// Value head h reads q/k head (h / qk_div) % qk_mod (backend::qk_head_map); each state
+// [n_heads * dk, dv] contiguous.
 void launch_gated_delta_rule(const DeviceContext& ctx, const Tensor& q, const Tensor& k,
-                             const Tensor& v, const Tensor& g, const Tensor& beta, Tensor state,
-                             int64_t n_heads, int64_t qk_div, int64_t qk_mod, Tensor y);
+                             const Tensor& v, const Tensor& g, const Tensor& beta,
+                             std::span<const backend::SequenceState> sequences, int64_t n_heads,
+                             int64_t qk_div, int64_t qk_mod, Tensor y);
 void launch_ssm_decay(const DeviceContext& ctx, const Tensor& a, const float* dt_bias,
                       const float* ssm_a, Tensor g);
 // beta = sigmoid(b), g as launch_ssm_decay, in one kernel.
@@ -176,7 +180,7 @@ struct ExpertEntry {
 // Integer MoE lists up to this long (decode windows) run pair by pair, each CTA quantizing its
 // pair's activation itself; longer ones (prefill) quantize every row once beforehand and run
 // grouped by expert (MoeBuffers' slots needed).
-constexpr int64_t kMoeByPairMaxPairs = 64;
+constexpr int64_t kMoeByPairMaxPairs = 128;
 
 // Device scratch of one MoE call; the launcher fills groups from the expert ids.
 struct MoeBuffers {
