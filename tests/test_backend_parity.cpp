@@ -689,6 +689,69 @@ TEST_P(Ops, StatefulOpsOverSequencesEqualEachSequenceAlone) {
   expect_throws_naming([&] { be().conv1d_silu_sequences(x, short_state, wt, y); }, "differs in shape");
 }
 
+// The cache write and attention over a window of several sequences, each at its own position
+// with its own caches: bitwise the ops on each sequence's rows in turn; against the CPU within
+// attention's limit. 40 sequences exceed one launch's table.
+TEST_P(Ops, AttentionOverSequencesEqualsEachSequenceAlone) {
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t n = draw == 13 ? 40 : pick(rng, 2, 6), n_kv = pick(rng, 1, 2), n_head = n_kv * pick(rng, 1, 3),
+                  hd = draw == 11 ? 256 : draw == 12 ? 128 : 64, cache_rows = 48;
+    std::vector<SequenceCache> seqs;
+    std::vector<int32_t> pos, past;  // pos: the window's rows; past: each sequence's filled prefix
+    int64_t T = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t rows = pick(rng, 1, 3), prefix = pick(rng, 0, 40);
+      seqs.push_back({T, rows, {}, {}});
+      past.push_back(int32_t(prefix));
+      for (int64_t r = 0; r < rows; ++r) pos.push_back(int32_t(prefix + r));
+      T += rows;
+    }
+    SCOPED_TRACE(::testing::Message() << n << " sequences, T " << T << " heads " << n_head << "/" << n_kv << " hd " << hd);
+    const float scale = 1.0f / std::sqrt(float(hd));
+    const Floats cache0 = normal_floats(size_t(n * cache_rows * n_kv * hd), draw),
+                 q = normal_floats(size_t(T * n_head * hd), draw + 1, 2.0f),
+                 k = normal_floats(size_t(T * n_kv * hd), draw + 2), v = normal_floats(size_t(T * n_kv * hd), draw + 3);
+    auto run = [&](Backend& b, bool together) {
+      // Every sequence's caches start as random rows (what its prefix left there).
+      Tensor kc = make(b, n * cache_rows, n_kv * hd, cache0), vc = make(b, n * cache_rows, n_kv * hd, cache0);
+      std::vector<SequenceCache> caches = seqs;
+      for (int64_t i = 0; i < n; ++i) {  // contexts of 48 and 44 positions: caches may differ in rows
+        caches[size_t(i)].k_cache = kc.rows_view(i * cache_rows, cache_rows - i % 2 * 4);
+        caches[size_t(i)].v_cache = vc.rows_view(i * cache_rows, cache_rows - i % 2 * 4);
+      }
+      Tensor qt = make(b, T, n_head * hd, q), kt = make(b, T, n_kv * hd, k), vt = make(b, T, n_kv * hd, v),
+             y = b.alloc(T, n_head * hd);
+      const Ids pt = ids_of(b, pos);
+      if (together) {
+        b.kv_write_sequences(caches, kt, vt, pt);
+        b.attention_sequences(qt, caches, pt, n_head, n_kv, hd, scale, y);
+      } else {
+        for (const SequenceCache& s : caches) {
+          const auto rows = [&s](const Tensor& t) { return t.rows_view(s.first, s.rows); };
+          b.kv_write(s.k_cache, s.v_cache, rows(kt), rows(vt), pt.rows_view(s.first, s.rows));
+          b.attention(rows(qt), s.k_cache, s.v_cache, pt.rows_view(s.first, s.rows), n_head, n_kv, hd,
+                      scale, rows(y));
+        }
+      }
+      return std::vector<Floats>{read(b, y), read(b, kc), read(b, vc)};
+    };
+    const std::vector<Floats> got = run(be(), true), alone = run(be(), false), cpu = run(ref(), true);
+    const char* what[] = {"attention", "k caches", "v caches"};
+    for (size_t i = 0; i < got.size(); ++i)
+      expect_bitwise(got[i], alone[i], std::string(what[i]) + ": sequences together vs each alone");
+    expect_close(got[0], cpu[0], 0, 4e-6, "attention vs cpu");
+    expect_bitwise(got[1], cpu[1], "k caches vs cpu");
+    expect_bitwise(got[2], cpu[2], "v caches vs cpu");
+  }
+  Tensor q = be().alloc(2, 64), kc = be().alloc(8, 64), vc = be().alloc(8, 64), y = be().alloc(2, 64);
+  const Ids pt = ids_of(be(), std::vector<int32_t>{0, 1});
+  const SequenceCache shared[] = {{0, 1, kc, vc}, {1, 1, kc, vc}};
+  expect_throws_naming([&] { be().attention_sequences(q, shared, pt, 1, 1, 64, 1.0f, y); }, "share one state");
+  const SequenceCache narrow[] = {{0, 1, kc, vc}, {1, 1, be().alloc(8, 32), be().alloc(8, 32)}};
+  expect_throws_naming([&] { be().kv_write_sequences(narrow, q, q, pt); }, "differs in shape");
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Ops, ::testing::ValuesIn(backend_names()),
                          [](const auto& info) { return info.param; });
 

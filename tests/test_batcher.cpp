@@ -134,6 +134,18 @@ void Batching::expect_every_sequence_equals_alone(model::Model& model) {
       {"Never started", [] { return cancelled_after(0, sampled(10, 1)); }, 3},
       {"A short one", [] { return sampled(3, 5); }, 5},
       {"Late arrival, greedy", [] { return sampled(16, 0, 0.0f); }, 9},
+      // Top-p alone (the window's best 1024 and its row sum), plain temperature (the whole row).
+      {"Nucleus", [] {
+         GenerateParams p = sampled(14, 4, 0.8f);
+         p.sampling.top_k = 0;
+         p.sampling.top_p = 0.9f;
+         return p;
+       }, 1},
+      {"Plain temperature", [] {
+         GenerateParams p = sampled(14, 6, 0.9f);
+         p.sampling.top_k = 0;
+         return p;
+       }, 3},
   };
   // A JSON constraint through the hooks, its token budget steering it to an end.
   auto constraint = std::make_shared<std::unique_ptr<JsonConstraint>>();

@@ -56,23 +56,58 @@ void Backend::matmuls(std::span<const Weight* const> ws, const Tensor& x, std::s
   for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], x, ys[i]);
 }
 
-void check_sequences(const char* op, int64_t rows, std::span<const SequenceState> sequences) {
+namespace {
+
+// The sequences' rows are in order, none empty or past the window or overlapping; their states
+// (state(i): one tensor of sequence i) are distinct and have one width and stride, and one row
+// count unless `rows_may_differ` (KV caches of different context sizes).
+template <class Sequences, class StateOf>
+void check_sequence_rows(const char* op, int64_t rows, const Sequences& sequences, StateOf state,
+                         bool rows_may_differ) {
   if (sequences.empty()) fail(op, ": no sequences");
   int64_t next = 0;
+  const Tensor& a = state(0);
   for (size_t i = 0; i < sequences.size(); ++i) {
-    const SequenceState& s = sequences[i];
+    const auto& s = sequences[i];
     if (s.first < next || s.rows < 1 || s.first + s.rows > rows)
       fail(op, ": sequence ", i, " (rows ", s.first, "..", s.first + s.rows - 1,
            ") is empty, outside the window's ", rows, " rows or overlaps the one before");
     next = s.first + s.rows;
-    const Tensor& a = sequences[0].state;
-    if (s.state.rows != a.rows || s.state.cols != a.cols || s.state.stride != a.stride)
-      fail(op, ": sequence ", i, "'s state [", s.state.rows, " x ", s.state.cols,
-           "] differs in shape from sequence 0's [", a.rows, " x ", a.cols, "]");
+    const Tensor& t = state(i);
+    if ((!rows_may_differ && t.rows != a.rows) || t.cols != a.cols || t.stride != a.stride)
+      fail(op, ": sequence ", i, "'s state [", t.rows, " x ", t.cols, ", stride ", t.stride,
+           "] differs in shape from sequence 0's [", a.rows, " x ", a.cols, ", stride ", a.stride, "]");
     for (size_t j = 0; j < i; ++j)
-      if (sequences[j].state.data == s.state.data)
-        fail(op, ": sequences ", j, " and ", i, " share one state");
+      if (state(j).data == t.data) fail(op, ": sequences ", j, " and ", i, " share one state");
   }
+}
+
+}  // namespace
+
+void check_sequences(const char* op, int64_t rows, std::span<const SequenceState> sequences) {
+  check_sequence_rows(op, rows, sequences, [&](size_t i) -> const Tensor& { return sequences[i].state; }, false);
+}
+
+void check_sequences(const char* op, int64_t rows, std::span<const SequenceCache> sequences) {
+  check_sequence_rows(op, rows, sequences, [&](size_t i) -> const Tensor& { return sequences[i].k_cache; }, true);
+  check_sequence_rows(op, rows, sequences, [&](size_t i) -> const Tensor& { return sequences[i].v_cache; }, true);
+}
+
+void Backend::kv_write_sequences(std::span<const SequenceCache> sequences, const Tensor& k,
+                                 const Tensor& v, const Ids& positions) {
+  check_sequences("kv_write_sequences", k.rows, sequences);
+  for (const SequenceCache& s : sequences)
+    kv_write(s.k_cache, s.v_cache, k.rows_view(s.first, s.rows), v.rows_view(s.first, s.rows),
+             positions.rows_view(s.first, s.rows));
+}
+
+void Backend::attention_sequences(const Tensor& q, std::span<const SequenceCache> sequences,
+                                  const Ids& positions, int64_t n_head, int64_t n_head_kv,
+                                  int64_t head_dim, float scale, Tensor y) {
+  check_sequences("attention_sequences", q.rows, sequences);
+  for (const SequenceCache& s : sequences)
+    attention(q.rows_view(s.first, s.rows), s.k_cache, s.v_cache, positions.rows_view(s.first, s.rows),
+              n_head, n_head_kv, head_dim, scale, y.rows_view(s.first, s.rows));
 }
 
 void Backend::conv1d_silu_sequences(const Tensor& x, std::span<const SequenceState> sequences,

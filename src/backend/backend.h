@@ -85,6 +85,13 @@ struct SequenceState {
   Tensor state;
 };
 
+// One sequence's rows of a window and its layer's KV cache (kv_write_sequences,
+// attention_sequences).
+struct SequenceCache {
+  int64_t first = 0, rows = 0;
+  Tensor k_cache, v_cache;
+};
+
 // The routed choice of a window, on the host: per row the experts in rank order (best first) and
 // their mixing weights. The forward pass keeps routing in backend memory (Ids + Tensor); the host
 // sees it only where it decides something (the expert cache, traces, cache-conditional routing).
@@ -271,6 +278,15 @@ class Backend {
   virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                          const Ids& positions, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                          float scale, Tensor y) = 0;
+  // kv_write and attention over a window of several sequences, each sequence's rows with its own
+  // caches: the op on each sequence's rows, positions and caches in turn (the defaults; a backend
+  // may run all of them in one launch, with the same bits). Sequences as for the *_sequences ops
+  // below (in row order, not overlapping, distinct caches of one width; their contexts may differ).
+  virtual void kv_write_sequences(std::span<const SequenceCache> sequences, const Tensor& k,
+                                  const Tensor& v, const Ids& positions);
+  virtual void attention_sequences(const Tensor& q, std::span<const SequenceCache> sequences,
+                                   const Ids& positions, int64_t n_head, int64_t n_head_kv,
+                                   int64_t head_dim, float scale, Tensor y);
   // Attention restricted to chosen cache positions (QSA): row r attends to the positions
   // selected[r, 0 .. counts[r]), in that order, instead of 0..p. selected [T, >= max count],
   // counts [T, 1].
@@ -375,8 +391,10 @@ class Backend {
 Ids make_ids(Backend& be, std::span<const int32_t> host, int64_t rows, int64_t cols);
 Routing download_routing(Backend& be, const Ids& experts, const Tensor& weights);
 // Fails, naming op, unless `sequences` are what the *_sequences ops take for a window of `rows`
-// rows (in row order, none empty or overlapping, distinct states of one shape).
+// rows (in row order, none empty or overlapping, distinct states of one shape; caches may differ
+// in rows, the context each sequence holds).
 void check_sequences(const char* op, int64_t rows, std::span<const SequenceState> sequences);
+void check_sequences(const char* op, int64_t rows, std::span<const SequenceCache> sequences);
 void upload_routing(Backend& be, const Routing& routing, Ids experts, Tensor weights);
 
 }  // namespace strata::backend

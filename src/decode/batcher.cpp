@@ -17,7 +17,7 @@ size_t Batcher::step(std::span<SequenceRun* const> runs) {
   const auto add = [&](SequenceRun* run, int64_t budget) {
     const auto tokens = run->next_rows(budget);
     if (tokens.empty()) return int64_t(0);
-    rows.push_back({tokens, &run->state(), model::LogitsMode::Last});
+    rows.push_back({tokens, &run->state(), model::LogitsMode::Last, run->choice().greedy(), run->choice().top()});
     in_window.push_back(run);
     return int64_t(tokens.size());
   };

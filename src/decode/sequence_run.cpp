@@ -21,6 +21,7 @@ SequenceRun::SequenceRun(Session& session, std::span<const int32_t> prompt, Gene
       params_(std::move(params)),
       on_piece_(std::move(on_piece)),
       sampler_(params_.sampling, session.model_.config().n_vocab),
+      choice_(params_.sampling, !params_.logits_filter),
       detok_(session.tokenizer_),
       stops_(params_.stop),
       history_(prompt.begin(), prompt.end()) {
@@ -53,7 +54,7 @@ std::span<const int32_t> SequenceRun::next_rows(int64_t budget) {
   return std::span(prompt_).subspan(size_t(next_), size_t(count));
 }
 
-void SequenceRun::take(std::span<const float> logits) {
+void SequenceRun::take(std::span<float> logits) {
   if (phase_ == Phase::Done) return;
   try {
     if (phase_ == Phase::Prefill) {
@@ -79,13 +80,11 @@ void SequenceRun::take(std::span<const float> logits) {
 }
 
 // One step of Session::generate's decode loop, from the logits of the row just run.
-void SequenceRun::sample(std::span<const float> logits) {
+void SequenceRun::sample(std::span<float> logits) {
   if (int64_t(result_.tokens.size()) >= params_.max_tokens) return finish(FinishReason::Length);
   if (params_.should_stop && params_.should_stop()) return finish(FinishReason::Cancelled);
-  std::vector<float> row(logits.begin(), logits.end());
-  if (params_.logits_filter) params_.logits_filter(row);
   // Keyed by the position, as Session::generate draws.
-  const int32_t id = sampler_.sample_at(row, history_, history_.size());
+  const int32_t id = choice_.choose(sampler_, logits, 0, history_, history_.size(), params_.logits_filter);
   if (session_.is_end(id)) return finish(FinishReason::Eos);
   result_.tokens.push_back(id);
   history_.push_back(id);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "decode/generate.h"
+#include "decode/row_choice.h"
 #include "decode/sampler.h"
 #include "decode/stop.h"
 #include "tokenizer/detokenize.h"
@@ -36,9 +37,12 @@ class SequenceRun {
   bool prefilling() const { return phase_ == Phase::Prefill; }
   model::State& state() { return session_.state_; }
 
-  // The logits of the last of the rows next_rows() gave, once the window has run them. A hook
-  // that throws ends the run with that error.
-  void take(std::span<const float> logits);
+  // What the window chooses for this run's last row (RowChoice): a greedy choice or top-k
+  // candidates in the window, or the logits row.
+  RowChoice& choice() { return choice_; }
+  // The logits of the last of the rows next_rows() gave, once the window has run them (empty when
+  // choice() had the window choose). A hook that throws ends the run with that error.
+  void take(std::span<float> logits);
   // The window holding this run's rows failed: the run ends with `error`.
   void fail(const std::string& error);
 
@@ -51,7 +55,7 @@ class SequenceRun {
   enum class Phase { Prefill, Decode, Done };
   using Clock = std::chrono::steady_clock;
 
-  void sample(std::span<const float> logits);
+  void sample(std::span<float> logits);
   void emit(const std::string& text);
   void finish(FinishReason reason);
 
@@ -65,6 +69,7 @@ class SequenceRun {
   int64_t keep_ = -1;     // where the prefill copies the state (Session::snapshot_position)
   int32_t last_ = -1;     // the token sampled last, the next decode row
   Sampler sampler_;
+  RowChoice choice_;
   tokenizer::StreamDecoder detok_;
   StopMatcher stops_;
   std::vector<int32_t> history_;

@@ -61,25 +61,19 @@ Tensor per_sequence(Window& w, const Tensor& x, const SequencePart& part) {
   return out;
 }
 
-Tensor per_sequence(Window& w, std::span<const Tensor> inputs, int64_t cols, const SequenceParts& part) {
-  Tensor out = w.tmp(w.T, cols);
-  if (w.sequences.size() <= 1) {
-    part(w, inputs, out);
-    return out;
-  }
-  for (const WindowSequence& s : w.sequences) {
-    Window seq = sequence_window(w, s);
-    std::vector<Tensor> rows;
-    for (const Tensor& t : inputs) rows.push_back(t.rows_view(s.first, s.rows));
-    part(seq, rows, out.rows_view(s.first, s.rows));
-  }
-  return out;
-}
-
 std::vector<backend::SequenceState> sequence_states(const Window& w, int64_t il, Tensor LayerState::*member) {
   if (w.sequences.size() <= 1) return {{0, w.T, w.state.layers[size_t(il)].*member}};
   std::vector<backend::SequenceState> out;
   for (const WindowSequence& s : w.sequences) out.push_back({s.first, s.rows, s.state->layers[size_t(il)].*member});
+  return out;
+}
+
+std::vector<backend::SequenceCache> sequence_caches(const Window& w, int64_t il) {
+  const auto cache = [il](const State& s) -> const LayerState& { return s.layers[size_t(il)]; };
+  if (w.sequences.size() <= 1) return {{0, w.T, cache(w.state).k_cache, cache(w.state).v_cache}};
+  std::vector<backend::SequenceCache> out;
+  for (const WindowSequence& s : w.sequences)
+    out.push_back({s.first, s.rows, cache(*s.state).k_cache, cache(*s.state).v_cache});
   return out;
 }
 

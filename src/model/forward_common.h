@@ -48,7 +48,8 @@ struct WindowSequence {
 };
 
 // One window in flight: what a layer function reads and writes. With several sequences,
-// `state` is the first one's and only the parts that per_sequence() runs may touch it.
+// `state` is the first one's: the sequences' states are reached only through per_sequence(),
+// sequence_states() and sequence_caches().
 struct Window {
   backend::Backend& be;
   const ModelConfig& c;
@@ -85,22 +86,19 @@ Tensor qwen4exp_output(Window& w, const Tensor& x);
 void qwen4exp_mtp_input(Window& w, const LayerWeights& L, const Tensor& e, const Tensor& streams, Tensor x);
 Tensor qwen4exp_mtp_output(Window& w, const LayerWeights& L, const Tensor& x);
 
-// Runs `part` (whatever of a block reads or writes a sequence's state: the KV cache write and
-// attention, the DeltaNet's conv and delta rule, PLE) on each sequence's rows of x in a window of
+// Runs `part` (whatever of a block reads or writes a sequence's state without a *_sequences op:
+// qwen4exp's PLE and sparse attention) on each sequence's rows of x in a window of
 // its own, as if that sequence were alone: a row's result never depends on the other rows.
 // Returns the rows' results in window order, [T, cols]. With one sequence it is just part(w, x).
 using SequencePart = std::function<Tensor(Window& sequence, const Tensor& rows)>;
 Tensor per_sequence(Window& w, const Tensor& x, const SequencePart& part);
-// The same over several tensors of the window's rows, written in place: `part` gets each
-// sequence's rows of every input, in order, and writes that sequence's rows of the result
-// [T, cols] (so no copy gathers them). A block runs its stateless ops over the whole window (one
-// matmul reads the weights once for every sequence's rows) and only its stateful core per sequence.
-using SequenceParts = std::function<void(Window& sequence, std::span<const Tensor> rows, Tensor out)>;
-Tensor per_sequence(Window& w, std::span<const Tensor> inputs, int64_t cols, const SequenceParts& part);
 
 // Each sequence's rows of the window with its layer-il state `member` (the whole window and
-// `state` for a window of one sequence): what the backend's *_sequences ops take.
+// `state` for a window of one sequence), or with its layer-il KV cache: what the backend's
+// *_sequences ops take. A block runs everything over the whole window (one matmul reads the
+// weights once for every sequence's rows); only these ops see the sequences.
 std::vector<backend::SequenceState> sequence_states(const Window& w, int64_t il, Tensor LayerState::*member);
+std::vector<backend::SequenceCache> sequence_caches(const Window& w, int64_t il);
 
 // The layer function of an architecture.
 LayerFn layer_function(Arch arch);

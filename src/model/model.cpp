@@ -125,7 +125,10 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   const ModelConfig& c = config_;
   if (sequences.empty()) fail("forward: the window has no sequences");
   // One sequence is a plain window (which a backend may record as a graph).
-  if (sequences.size() == 1) return {forward(sequences[0].tokens, *sequences[0].state, sequences[0].mode)};
+  if (sequences.size() == 1) {
+    const SequenceRows& one = sequences[0];
+    return {forward(one.tokens, *one.state, one.mode, {.greedy = one.greedy, .top_k = one.top})};
+  }
   std::vector<int32_t> tokens;
   std::vector<WindowSequence> parts;
   std::vector<int32_t> pos;
@@ -155,7 +158,9 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   // Recorded under the sequences' layout: while the same streams decode together, each step
   // replays one graph.
   std::vector<KeyPart> key_parts;
-  for (const SequenceRows& sq : sequences) key_parts.push_back({int64_t(sq.tokens.size()), sq.mode, sq.state});
+  for (const SequenceRows& sq : sequences)
+    key_parts.push_back({int64_t(sq.tokens.size()), sq.mode, sq.state, sq.greedy != nullptr, sq.top ? sq.top->k : 0,
+                         sq.top ? sq.top->sum_temperature : 0.0f});
   BackendWindow backend_window(backend_, window_key(key_parts, dump_ != nullptr,
                                                     host_steps(route_ != nullptr, *experts_), {}));
   Window w{backend_, c, weights_, *experts_, *sequences[0].state, std::move(pos), tokens, T, renormalize_topk_, dump_,
@@ -195,15 +200,18 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   w.dump("final_norm", -1, h);
   Tensor logits = keep(h.rows, c.n_vocab);
   backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)
+  // Each sequence's rows of the logits, chosen from in the window where it asks.
+  std::vector<Tensor> own;
+  std::vector<WindowLogits> chosen;
+  for (size_t i = 0, at = 0; i < parts.size(); at += size_t(wanted[i]), ++i) {
+    own.push_back(logits.rows_view(int64_t(at), wanted[i]));
+    chosen.emplace_back(backend_, sequences[i].greedy, nullptr, sequences[i].top);
+    chosen.back().choose(keep, own.back());
+  }
   backend_window.end();
-  std::vector<float> all(size_t(h.rows * c.n_vocab));
-  backend_.download(logits, all.data());
   std::vector<std::vector<float>> out;
-  int64_t at = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
-    const auto first = all.begin() + at * c.n_vocab;
-    out.emplace_back(first, first + wanted[i] * c.n_vocab);
-    at += wanted[i];
+    out.push_back(chosen[i].read(own[i]));
     State& state = *parts[i].state;
     if (c.has_ple()) ple_advance_history(state.ple_history, sequences[i].tokens);
     state.n_past += parts[i].rows;

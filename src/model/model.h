@@ -110,16 +110,19 @@ class Model {
                                  std::vector<int32_t>* greedy = nullptr,
                                  std::vector<float>* probs = nullptr);
 
-  // One sequence's part of a shared window.
+  // One sequence's part of a shared window. With `greedy` or `top` (at most one), the sequence's
+  // rows are chosen in the window as forward()'s extras do, and its logits do not come back.
   struct SequenceRows {
     std::span<const int32_t> tokens;
     State* state = nullptr;
     LogitsMode mode = LogitsMode::Last;
+    std::vector<int32_t>* greedy = nullptr;
+    TopLogits* top = nullptr;
   };
   // Several sequences (distinct states) in one window: their rows go through every layer
   // together, so the experts a window routes to are fetched once for all of them, while
   // attention, the DeltaNet and PLE run on each sequence's rows with its own state. Each
-  // sequence's logits equal what forward() gives it alone, bitwise. Throws like forward(), naming
+  // sequence's logits (or choices) equal what forward() gives it alone, bitwise. Throws like forward(), naming
   // the sequence, and for a state given twice.
   std::vector<std::vector<float>> forward_batch(std::span<const SequenceRows> sequences);
 

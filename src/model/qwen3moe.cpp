@@ -9,8 +9,8 @@ namespace strata::model {
 
 namespace {
 
-// Qwen3MoeAttention.forward. The projections see every sequence's rows; the cache write and the
-// attention run per sequence.
+// Qwen3MoeAttention.forward, over every sequence of the window at once: the cache write and the
+// attention take each sequence's rows with its own cache.
 Tensor attention(Window& w, int64_t il, const Tensor& x) {
   const ModelConfig& c = w.c;
   const LayerWeights& L = w.w.layers[size_t(il)];
@@ -26,14 +26,12 @@ Tensor attention(Window& w, int64_t il, const Tensor& x) {
   be.rms_norm(k, &L.attn_k_norm, d, eps, k);  // k_norm(k_proj(hidden_states).view(hidden_shape))
   be.rope_neox(q, w.positions, d, c.rope_dim, float(c.rope_theta));  // apply_rotary_pos_emb
   be.rope_neox(k, w.positions, d, c.rope_dim, float(c.rope_theta));
-  const Tensor qkv[] = {q, k, v};
-  Tensor o = per_sequence(w, qkv, h * d, [il](Window& s, std::span<const Tensor> rows, Tensor attn) {
-    const ModelConfig& sc = s.c;
-    LayerState& st = s.state.layers[size_t(il)];
-    s.be.kv_write(st.k_cache, st.v_cache, rows[1], rows[2], s.positions);  // past_key_values.update
-    s.be.attention(rows[0], st.k_cache, st.v_cache, s.positions, sc.n_head, sc.n_head_kv,
-                   sc.head_dim, 1.0f / std::sqrt(float(sc.head_dim)), attn);  // scaling
-  });
+  // Each sequence's rows with its own cache.
+  const std::vector<backend::SequenceCache> caches = sequence_caches(w, il);
+  be.kv_write_sequences(caches, k, v, w.positions);  // past_key_values.update
+  Tensor o = w.tmp(w.T, h * d);
+  be.attention_sequences(q, caches, w.positions, c.n_head, c.n_head_kv, d,
+                         1.0f / std::sqrt(float(d)), o);  // scaling
   Tensor out = w.tmp(w.T, c.n_embd);
   be.matmul(L.attn_output, o, out);  // o_proj(attn_output)
   return out;

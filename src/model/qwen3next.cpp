@@ -17,19 +17,17 @@ namespace strata::model {
 
 namespace {
 
-// Qwen3NextAttention.forward: gated attention, partial NeoX rope. The projections see every
-// sequence's rows; the cache write and the attention run per sequence.
+// Qwen3NextAttention.forward: gated attention, partial NeoX rope, over every sequence of the
+// window at once: the cache write and the attention take each sequence's rows with its own cache.
 Tensor gated_attention(Window& w, int64_t il, const Tensor& x) {
   const GatedQuery qg = gated_projections(w, il, x);
-  const Tensor qkv[] = {qg.q, qg.k, qg.v};
-  Tensor o = per_sequence(w, qkv, w.c.n_head * w.c.head_dim, [il](Window& s, std::span<const Tensor> rows, Tensor attn) {
-    const ModelConfig& c = s.c;
-    LayerState& st = s.state.layers[size_t(il)];
-    const int64_t d = c.head_dim;
-    s.be.kv_write(st.k_cache, st.v_cache, rows[1], rows[2], s.positions);  // past_key_values.update
-    s.be.attention(rows[0], st.k_cache, st.v_cache, s.positions, c.n_head, c.n_head_kv, d,
-                   1.0f / std::sqrt(float(d)), attn);
-  });
+  const ModelConfig& c = w.c;
+  const int64_t d = c.head_dim;
+  const std::vector<backend::SequenceCache> caches = sequence_caches(w, il);
+  w.be.kv_write_sequences(caches, qg.k, qg.v, w.positions);  // past_key_values.update
+  Tensor o = w.tmp(w.T, c.n_head * d);
+  w.be.attention_sequences(qg.q, caches, w.positions, c.n_head, c.n_head_kv, d,
+                           1.0f / std::sqrt(float(d)), o);
   return gated_output(w, il, o, qg.gate);
 }
 

@@ -15,11 +15,15 @@
 
 namespace strata::model {
 
-// One sequence's part in a window's graph key: its rows, logits mode and state.
+// One sequence's part in a window's graph key: its rows, logits mode and state, and what of its
+// rows is chosen in the window (a window of several sequences; KeyExtras for a window of one).
 struct KeyPart {
   int64_t rows;
   LogitsMode mode;
   const State* state;
+  bool greedy = false;
+  int32_t top_k = 0;
+  float sum_temperature = 0.0f;
 };
 
 // What else shapes a window's ops: a window of the MTP head (its block and head instead of the

@@ -246,6 +246,11 @@ class CudaBackend : public Backend {
                  float theta) override;
   void kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, const Tensor& v,
                 const Ids& positions) override;
+  void kv_write_sequences(std::span<const backend::SequenceCache> sequences, const Tensor& k,
+                          const Tensor& v, const Ids& positions) override;
+  void attention_sequences(const Tensor& q, std::span<const backend::SequenceCache> sequences,
+                           const Ids& positions, int64_t n_head, int64_t n_head_kv,
+                           int64_t head_dim, float scale, Tensor y) override;
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                  const Ids& positions, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                  float scale, Tensor y) override;

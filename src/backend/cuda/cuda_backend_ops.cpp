@@ -240,11 +240,11 @@ void CudaBackend::set_rows(const Tensor& src, const Ids& rows, Tensor dst) {
   detail::launch_set_rows(impl_->ctx, src, rows.data, dst);
 }
 
-void CudaBackend::kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, const Tensor& v,
-                           const Ids& positions) {
-  constexpr const char* op = "kv_write";
-  if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+namespace {
+
+// The checks of kv_write on one sequence's rows and caches.
+void check_kv_write(const char* op, const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
+                    const Tensor& v, const Ids& positions) {
   check_tensor(op, "k_cache", k_cache);
   check_tensor(op, "v_cache", v_cache);
   check_tensor(op, "k", k);
@@ -255,7 +255,30 @@ void CudaBackend::kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, cons
           " differ in width");
   require(k.rows == v.rows, op, "k has ", k.rows, " rows, v ", v.rows);
   check_row_ids(op, "positions", positions, k.rows);
-  detail::launch_kv_write(impl_->ctx, k_cache, v_cache, k, v, positions.data);
+}
+
+}  // namespace
+
+void CudaBackend::kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, const Tensor& v,
+                           const Ids& positions) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  check_kv_write("kv_write", k_cache, v_cache, k, v, positions);
+  const SequenceCache whole[] = {{0, k.rows, k_cache, v_cache}};
+  detail::launch_kv_write(impl_->ctx, whole, k, v, positions.data);
+}
+
+void CudaBackend::kv_write_sequences(std::span<const SequenceCache> sequences, const Tensor& k,
+                                     const Tensor& v, const Ids& positions) {
+  constexpr const char* op = "kv_write_sequences";
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  check_sequences(op, k.rows, sequences);
+  check_row_ids(op, "positions", positions, k.rows);
+  for (const SequenceCache& s : sequences)
+    check_kv_write(op, s.k_cache, s.v_cache, k.rows_view(s.first, s.rows), v.rows_view(s.first, s.rows),
+                   positions.rows_view(s.first, s.rows));
+  detail::launch_kv_write(impl_->ctx, sequences, k, v, positions.data);
 }
 
 namespace {
@@ -294,8 +317,24 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   check_attention(op, q, k_cache, v_cache, n_head, n_head_kv, head_dim, y);
   detail::AttendRows rows;
   rows.positions = positions.data;
-  detail::launch_attention(impl_->ctx, q, k_cache, v_cache, rows, n_head, n_head_kv, head_dim,
-                           scale, y);
+  const SequenceCache whole[] = {{0, q.rows, k_cache, v_cache}};
+  detail::launch_attention(impl_->ctx, q, whole, rows, n_head, n_head_kv, head_dim, scale, y);
+}
+
+void CudaBackend::attention_sequences(const Tensor& q, std::span<const SequenceCache> sequences,
+                                      const Ids& positions, int64_t n_head, int64_t n_head_kv,
+                                      int64_t head_dim, float scale, Tensor y) {
+  constexpr const char* op = "attention_sequences";
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  check_sequences(op, q.rows, sequences);
+  check_row_ids(op, "positions", positions, q.rows);
+  for (const SequenceCache& s : sequences)
+    check_attention(op, q.rows_view(s.first, s.rows), s.k_cache, s.v_cache, n_head, n_head_kv,
+                    head_dim, y.rows_view(s.first, s.rows));
+  detail::AttendRows rows;
+  rows.positions = positions.data;
+  detail::launch_attention(impl_->ctx, q, sequences, rows, n_head, n_head_kv, head_dim, scale, y);
 }
 
 void CudaBackend::attention_selected(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -313,8 +352,8 @@ void CudaBackend::attention_selected(const Tensor& q, const Tensor& k_cache, con
   rows.selected = selected.data;
   rows.stride = selected.cols;
   rows.counts = counts.data;
-  detail::launch_attention(impl_->ctx, q, k_cache, v_cache, rows, n_head, n_head_kv, head_dim,
-                           scale, y);
+  const SequenceCache whole[] = {{0, q.rows, k_cache, v_cache}};
+  detail::launch_attention(impl_->ctx, q, whole, rows, n_head, n_head_kv, head_dim, scale, y);
 }
 
 void CudaBackend::block_scores(const Tensor& q, const Tensor& keys, const Ids& positions,

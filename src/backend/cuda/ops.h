@@ -87,8 +87,10 @@ void launch_rope_neox(const DeviceContext& ctx, Tensor x, const int32_t* positio
 
 // ops_attention.cu --------------------------------------------------------------------------------
 
-void launch_kv_write(const DeviceContext& ctx, Tensor k_cache, Tensor v_cache, const Tensor& k,
-                     const Tensor& v, const int32_t* positions);
+// Each sequence's rows of k and v (and positions) into its caches (one sequence: the whole
+// window), all sequences in one launch per CacheTable::kMax; the caches of one shape.
+void launch_kv_write(const DeviceContext& ctx, std::span<const backend::SequenceCache> sequences,
+                     const Tensor& k, const Tensor& v, const int32_t* positions);
 
 // Which cache positions row r attends to, in order: 0..positions[r] (dense: `positions` set), or
 // selected[begin(r) + i] for i < count(r), where begin(r) = offsets ? offsets[r] : r * stride and
@@ -102,9 +104,10 @@ struct AttendRows {
 };
 // head_dim <= kMaxHeadDim.
 constexpr int64_t kMaxHeadDim = 512;
-void launch_attention(const DeviceContext& ctx, const Tensor& q, const Tensor& k_cache,
-                      const Tensor& v_cache, const AttendRows& rows, int64_t n_head,
-                      int64_t n_head_kv, int64_t head_dim, float scale, Tensor y);
+// Each sequence's rows of q against its caches; `rows` indexes the window's rows.
+void launch_attention(const DeviceContext& ctx, const Tensor& q,
+                      std::span<const backend::SequenceCache> sequences, const AttendRows& rows,
+                      int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, Tensor y);
 // Row r scores blocks b < count(r): counts[r], or (positions[r] + 1) / block where counts is null.
 void launch_block_scores(const DeviceContext& ctx, const Tensor& q, const Tensor& keys,
                          const int32_t* counts, const int32_t* positions, int64_t block,

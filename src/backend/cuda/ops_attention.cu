@@ -7,6 +7,8 @@
 // are then merged in slice order and the row divided by the sum once. Scores equal the CPU's bit
 // for bit; the outputs differ from the CPU's one serial pass only by expf's rounding and the merge.
 #include <algorithm>
+#include <span>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/ops.h"
@@ -19,12 +21,47 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 
-__global__ void kv_write_kernel(float* kc, int64_t kc_stride, float* vc, int64_t vc_stride,
+// The sequences of one launch (a window of several sequences, or the whole window as one): grid
+// row blockIdx.y takes sequence blockIdx.y's rows [first, first + rows) with its caches.
+struct CacheTable {
+  static constexpr int kMax = 32;
+  int64_t first[kMax];
+  int64_t rows[kMax];
+  int64_t cache_rows[kMax];  // the rows both caches have
+  float* k[kMax];
+  float* v[kMax];
+};
+
+// Runs launch(table, n, most rows) for the sequences in tables of up to CacheTable::kMax.
+template <class Launch>
+void for_each_table(std::span<const backend::SequenceCache> sequences, Launch launch) {
+  for (size_t at = 0; at < sequences.size(); at += CacheTable::kMax) {
+    const size_t n = std::min(sequences.size() - at, size_t(CacheTable::kMax));
+    CacheTable table{};
+    int64_t most_rows = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const backend::SequenceCache& s = sequences[at + i];
+      table.first[i] = s.first;
+      table.rows[i] = s.rows;
+      table.cache_rows[i] = std::min(s.k_cache.rows, s.v_cache.rows);
+      table.k[i] = s.k_cache.data;
+      table.v[i] = s.v_cache.data;
+      most_rows = std::max(most_rows, s.rows);
+    }
+    launch(table, unsigned(n), most_rows);
+  }
+}
+
+__global__ void kv_write_kernel(const CacheTable table, int64_t kc_stride, int64_t vc_stride,
                                 const float* __restrict__ k, int64_t k_stride, int64_t k_cols,
                                 const float* __restrict__ v, int64_t v_stride, int64_t v_cols,
-                                int64_t rows, const int32_t* __restrict__ positions,
-                                int64_t cache_rows) {
+                                const int32_t* __restrict__ positions) {
   await_previous_kernel();
+  const int64_t cache_rows = table.cache_rows[blockIdx.y];
+  const int64_t first = table.first[blockIdx.y], rows = table.rows[blockIdx.y];
+  k += first * k_stride, v += first * v_stride, positions += first;
+  float* const kc = table.k[blockIdx.y];
+  float* const vc = table.v[blockIdx.y];
   const int64_t width = k_cols + v_cols, n = rows * width;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += int64_t(gridDim.x) * blockDim.x) {
@@ -65,18 +102,22 @@ struct StepLoads {
 
 template <int kHD>
 __global__ void __launch_bounds__(kSplit * 32)
-    attention_kernel(const float* __restrict__ q, int64_t q_stride, const float* __restrict__ kc,
-                     int64_t kc_stride, const float* __restrict__ vc, int64_t vc_stride,
-                     AttendRows rows_of, int64_t rows, int64_t n_head, int64_t group,
-                     int64_t head_dim, float scale, float* __restrict__ y, int64_t y_stride) {
+    attention_kernel(const float* __restrict__ q, int64_t q_stride, const CacheTable table,
+                     int64_t kc_stride, int64_t vc_stride, AttendRows rows_of, int64_t n_head,
+                     int64_t group, int64_t head_dim, float scale, float* __restrict__ y,
+                     int64_t y_stride) {
   await_previous_kernel();
+  // Row r of the sequence is the window's row first + r (what rows_of and q, y index).
+  const int64_t first = table.first[blockIdx.y], rows = table.rows[blockIdx.y];
+  const float* __restrict__ const kc = table.k[blockIdx.y];
+  const float* __restrict__ const vc = table.v[blockIdx.y];
   constexpr int kChain = kHD / 16;  // dims per lane in the score's lane order
   constexpr int kAcc = kHD / 32;    // dims per lane of the accumulator
   __shared__ float slice_m[kSplit], slice_l[kSplit], slice_acc[kSplit][kHD];
   const int lane = threadIdx.x & 31, l16 = lane & 15, half = lane >> 4, warp = threadIdx.x / 32;
   const int64_t units = rows * n_head;
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
-    const int64_t r = u / n_head, h = u % n_head, kv_off = (h / group) * head_dim;
+    const int64_t r = first + u / n_head, h = u % n_head, kv_off = (h / group) * head_dim;
     const float* qh = q + r * q_stride + h * head_dim;
     float qreg[kChain];
 #pragma unroll
@@ -201,41 +242,46 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int kHD>
-void launch_attention_hd(const DeviceContext& ctx, const Tensor& q, const Tensor& k_cache,
-                         const Tensor& v_cache, const AttendRows& rows, int64_t n_head,
-                         int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) {
-  const int grid = grid_for(q.rows * n_head, 1, ctx.limits.max_blocks);
-  launch_kernel(attention_kernel<kHD>, grid, kSplit * 32, 0, ctx.stream, q.data, q.stride,
-                k_cache.data, k_cache.stride, v_cache.data, v_cache.stride, rows, q.rows, n_head,
-                n_head / n_head_kv, head_dim, scale, y.data, y.stride);
-  STRATA_CUDA_CHECK_LAUNCH("attention_kernel");
+void launch_attention_hd(const DeviceContext& ctx, const Tensor& q,
+                         std::span<const backend::SequenceCache> sequences, const AttendRows& rows,
+                         int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) {
+  const Tensor& cache = sequences[0].k_cache;
+  for_each_table(sequences, [&](const CacheTable& table, unsigned n, int64_t most_rows) {
+    const int grid = grid_for(most_rows * n_head, 1, ctx.limits.max_blocks);
+    launch_kernel(attention_kernel<kHD>, dim3(unsigned(grid), n), kSplit * 32, 0, ctx.stream,
+                  q.data, q.stride, table, cache.stride, sequences[0].v_cache.stride, rows, n_head,
+                  n_head / n_head_kv, head_dim, scale, y.data, y.stride);
+    STRATA_CUDA_CHECK_LAUNCH("attention_kernel");
+  });
 }
 
 }  // namespace
 
-void launch_kv_write(const DeviceContext& ctx, Tensor k_cache, Tensor v_cache, const Tensor& k,
-                     const Tensor& v, const int32_t* positions) {
-  const int64_t n = k.rows * (k.cols + v.cols);
-  if (n == 0) return;
-  launch_kernel(kv_write_kernel, grid_for(n, 256, ctx.limits.max_blocks), 256, 0, ctx.stream,
-                k_cache.data, k_cache.stride, v_cache.data, v_cache.stride, k.data, k.stride,
-                k.cols, v.data, v.stride, v.cols, k.rows, positions,
-                std::min(k_cache.rows, v_cache.rows));
-  STRATA_CUDA_CHECK_LAUNCH("kv_write_kernel");
+void launch_kv_write(const DeviceContext& ctx, std::span<const backend::SequenceCache> sequences,
+                     const Tensor& k, const Tensor& v, const int32_t* positions) {
+  const Tensor &kc = sequences[0].k_cache, &vc = sequences[0].v_cache;
+  for_each_table(sequences, [&](const CacheTable& table, unsigned n, int64_t most_rows) {
+    const int64_t elements = most_rows * (k.cols + v.cols);
+    if (elements == 0) return;
+    launch_kernel(kv_write_kernel, dim3(unsigned(grid_for(elements, 256, ctx.limits.max_blocks)), n),
+                  256, 0, ctx.stream, table, kc.stride, vc.stride, k.data, k.stride, k.cols, v.data,
+                  v.stride, v.cols, positions);
+    STRATA_CUDA_CHECK_LAUNCH("kv_write_kernel");
+  });
 }
 
-void launch_attention(const DeviceContext& ctx, const Tensor& q, const Tensor& k_cache,
-                      const Tensor& v_cache, const AttendRows& rows, int64_t n_head,
-                      int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) {
+void launch_attention(const DeviceContext& ctx, const Tensor& q,
+                      std::span<const backend::SequenceCache> sequences, const AttendRows& rows,
+                      int64_t n_head, int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) {
   if (q.rows == 0) return;
   if (head_dim <= 64)
-    launch_attention_hd<64>(ctx, q, k_cache, v_cache, rows, n_head, n_head_kv, head_dim, scale, y);
+    launch_attention_hd<64>(ctx, q, sequences, rows, n_head, n_head_kv, head_dim, scale, y);
   else if (head_dim <= 128)
-    launch_attention_hd<128>(ctx, q, k_cache, v_cache, rows, n_head, n_head_kv, head_dim, scale, y);
+    launch_attention_hd<128>(ctx, q, sequences, rows, n_head, n_head_kv, head_dim, scale, y);
   else if (head_dim <= 256)
-    launch_attention_hd<256>(ctx, q, k_cache, v_cache, rows, n_head, n_head_kv, head_dim, scale, y);
+    launch_attention_hd<256>(ctx, q, sequences, rows, n_head, n_head_kv, head_dim, scale, y);
   else
-    launch_attention_hd<512>(ctx, q, k_cache, v_cache, rows, n_head, n_head_kv, head_dim, scale, y);
+    launch_attention_hd<512>(ctx, q, sequences, rows, n_head, n_head_kv, head_dim, scale, y);
 }
 
 void launch_block_scores(const DeviceContext& ctx, const Tensor& q, const Tensor& keys,
