@@ -26,6 +26,15 @@ namespace {
 // Bytes 0, 1, 2 are the three grid magnitudes 8, 25, 43; a nibble code selects one.
 constexpr uint32_t kGridValues = 0x002B1908u;
 
+// Byte k of the result is the grid magnitude nibble k of `codes` selects (bytes of kGridValues).
+// prmt by hand: __byte_perm masks its selector with 0x7777 first, two more instructions per
+// group, which codes of 0..2 do not need.
+__device__ __forceinline__ uint32_t grid_magnitudes(uint32_t codes) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(kGridValues), "r"(0u), "r"(codes));
+  return r;
+}
+
 // Each byte of the result is 0xff where bit 7 of the same byte of x is set, else 0.
 __device__ __forceinline__ uint32_t sign_bytes(uint32_t x) {
   uint32_t r;
@@ -81,8 +90,8 @@ struct IQ2_XSKernel {
     const uint32_t index = (kHigh ? word >> 16 : word) & 511u;
     const uint32_t field = kHigh ? word >> 25 : (word >> 9) & 127u;
     const uint32_t codes = table[index * NC + copy];
-    g0 = __byte_perm(kGridValues, 0, codes);
-    g1 = __byte_perm(kGridValues, 0, codes >> 16);
+    g0 = grid_magnitudes(codes);
+    g1 = grid_magnitudes(codes >> 16);
     // Sign k of the field to bit 8k + 7: the multiplier's shifted copies of the 7-bit field never
     // overlap (no carries), and only copy j = k lands on a bit 8m + 7. Elements 4..6 likewise;
     // element 7's sign is the field's parity (an even count of negatives), placed in bit 31.
