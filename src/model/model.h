@@ -122,8 +122,8 @@ class Model {
   // Several sequences (distinct states) in one window: their rows go through every layer
   // together, so the experts a window routes to are fetched once for all of them, while
   // attention, the DeltaNet and PLE run on each sequence's rows with its own state. Each
-  // sequence's logits (or choices) equal what forward() gives it alone, bitwise. Throws like forward(), naming
-  // the sequence, and for a state given twice.
+  // sequence's logits (or choices) equal what forward() gives it alone, bitwise. Throws like
+  // forward(), naming the sequence, and for a state given twice.
   std::vector<std::vector<float>> forward_batch(std::span<const SequenceRows> sequences);
 
   // Called with every named activation of later forward() calls; empty = none (the default).
