@@ -108,12 +108,11 @@ int32_t Sampler::choose(std::span<const float> logits, std::span<const int32_t> 
     c.weight = backend::sampling_weight(c.logit, max, params_.temperature);
     z.add(c.id, c.weight);
   }
-  if (params_.nucleus()) {
-    const size_t best = std::min(candidates_.size(), size_t(kMaxNucleus));
-    std::nth_element(candidates_.begin(), candidates_.begin() + std::ptrdiff_t(best), candidates_.end(), ByLogit());
-    candidates_.resize(best);
-    std::sort(candidates_.begin(), candidates_.end(), ByLogit());
-  }
+  if (!params_.nucleus()) return draw_in_id_order(z.total(), counter);
+  const size_t best = std::min(candidates_.size(), size_t(kMaxNucleus));
+  std::nth_element(candidates_.begin(), candidates_.begin() + std::ptrdiff_t(best), candidates_.end(), ByLogit());
+  candidates_.resize(best);
+  std::sort(candidates_.begin(), candidates_.end(), ByLogit());
   return sample_kept(z.total(), counter);
 }
 
@@ -142,6 +141,18 @@ int32_t Sampler::sample_candidates_at(std::span<const int32_t> columns, std::spa
   backend::ChunkedSum z;
   for (const auto& [id, w] : kept_) z.add(id, w);
   return sample_kept(z.total(), position);
+}
+
+int32_t Sampler::draw_in_id_order(float z, uint64_t counter) const {
+  double total = 0;
+  for (const Candidate& c : candidates_) total += c.weight / z;
+  const double u = double(counter_uniform(params_.seed, counter)) * total;
+  double cum = 0;
+  for (const Candidate& c : candidates_) {
+    cum += c.weight / z;
+    if (u < cum) return c.id;
+  }
+  return candidates_.back().id;
 }
 
 int32_t Sampler::sample_kept(float z, uint64_t counter) {

@@ -100,6 +100,9 @@ class Sampler {
   // Steps 3 and 4 over candidates_ (K, or its best kMaxNucleus in sampler order where a nucleus is
   // cut; weights set), whose weights sum to `z` over K.
   int32_t sample_kept(float z, uint64_t counter);
+  // Step 4 alone where nothing is cut (no nucleus) and candidates_ are K in id order: the same
+  // sums in the same order as sample_kept, without its copies of the row.
+  int32_t draw_in_id_order(float z, uint64_t counter) const;
 
   SamplingParams params_;
   int64_t n_vocab_;
