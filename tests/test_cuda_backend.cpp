@@ -313,6 +313,26 @@ TEST(CudaBackend, ExhaustedMemoryIsAClearErrorAndTheBackendGoesOn) {
   EXPECT_EQ(read(be, t), (Floats{1, 2, 3, 4, 5, 6}));
 }
 
+// A recorded window whose ops allocate nothing (every tensor made before it) is captured and
+// replayed like any other; its capture once zeroed a null arena and failed to instantiate.
+TEST(CudaBackend, WindowThatAllocatesNothingIsRecordedAndReplayed) {
+  REQUIRE_CUDA_DEVICE();
+  CudaBackend be(0);
+  const Floats a = normal_floats(64, 1), b = normal_floats(64, 2);
+  Tensor at = make(be, 1, 64, a), bt = make(be, 1, 64, b), y = be.alloc(1, 64);
+  Floats want(64);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = a[i] + b[i];
+  const uint64_t replays = be.counters().graph_replays;
+  for (int window = 0; window < 5; ++window) {
+    be.fill(y, 0.0f);
+    be.begin_window(7);
+    be.add(at, bt, y);
+    be.end_window(true);
+    expect_bitwise(read(be, y), want, "window " + std::to_string(window));
+  }
+  EXPECT_GT(be.counters().graph_replays, replays);
+}
+
 // A selected list larger than the staging ring's half (it grows): every position of a long
 // window, which must equal dense attention bit for bit.
 TEST(CudaBackend, LargeUploadsStageAndAllPositionsEqualAttention) {

@@ -253,12 +253,13 @@ constexpr int kFusedActBytes =
         : int((kMaxFusedActCols + kColsPerStep<K> - 1) / kColsPerStep<K>) * K::kActStride;
 
 // The CTA quantizes a.x into dst (a.act_blocks blocks of K's activation layout), warp by warp,
-// with kBatch rounds of loads in flight before their quantization (a 2048-wide activation is one
-// batch).
+// with kBatch rounds of loads in flight before their quantization. Q8_K takes one: four rounds of
+// a warp's 256 floats held 32 more registers at the kernel's peak, and the MoE's IQ2_XS gate/up
+// ran slower for it (a window of 8 rows' experts 92.6 -> 85.0 us on the H200, two calls).
 template <class K>
 __device__ __forceinline__ void quantize_act_in_cta(uint8_t* dst, const Args& a, int warp,
                                                     int lane) {
-  constexpr int kBatch = 4;
+  constexpr int kBatch = kActElems<K> == 256 ? 1 : 4;
   if constexpr (kActElems<K> == 256) {  // a warp per block
     for (int b0 = warp; b0 < a.act_blocks; b0 += kBatch * kWarps) {
       float4 u[kBatch], v[kBatch];

@@ -198,6 +198,69 @@ struct IQ2_XSKernel {
   }
 };
 
+// Rows of at most two blocks (a 512-wide expert's down projection): the general mapping would
+// leave groups 2 and 3 on blocks past the row's end, half the warp's integer work thrown away.
+// Here group g takes block g & 1 of the rows 4 (g >> 1) .. 4 (g >> 1) + 3 of the warp's eight, so
+// every lane works on a real block; a reduce-scatter leaves lane j of group g with row j >> 1's
+// block sum, and groups 0 and 2 run their rows' chains through blocks 0 and 1 in order, the same
+// float operations as the CPU's one chain.
+struct IQ2_XSShortRowKernel : IQ2_XSKernel<8, 1, 1> {
+  using Base = IQ2_XSKernel<8, 1, 1>;
+  static constexpr int kRowsPerHalf = 4;
+
+  __device__ static void step(const uint8_t* rows, const uint8_t* act, const uint8_t* smem,
+                              const Args& a, int t, int lane, Acc& acc) {
+    const int g = lane >> 3, j = lane & 7, bi = g & 1, half = g >> 1;
+    const uint32_t* table = reinterpret_cast<const uint32_t*>(smem);
+    const int qs_offset = kBytes * bi + 2 + 8 * j - ((bi & 1) ? 0 : 2);
+    const int shift = (bi & 1) ? 0 : 16;
+    const int act_offset = kActBlockBytes * bi + 4 + 32 * j;
+    uint32_t x[8];
+    load_act(act + act_offset, x);
+    int isum[kRowsPerHalf];
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerHalf; ++rr) {
+      const uint8_t* row = rows + (kRowsPerHalf * half + rr) * a.stage_row;
+      const uint32_t w0 = ld_shared_u32(row + qs_offset), w1 = ld_shared_u32(row + qs_offset + 4);
+      const uint32_t w2 = ld_shared_u32(row + qs_offset + 8);
+      const uint32_t qa = __funnelshift_r(w0, w1, shift), qb = __funnelshift_r(w1, w2, shift);
+      const uint32_t scale_byte = row[kBytes * bi + 66 + j];
+      uint32_t mag[4][2], neg_mag[4][2];
+      decode<false>(qa, table, 0, mag[0][0], mag[0][1], neg_mag[0][0], neg_mag[0][1]);
+      decode<true>(qa, table, 0, mag[1][0], mag[1][1], neg_mag[1][0], neg_mag[1][1]);
+      decode<false>(qb, table, 0, mag[2][0], mag[2][1], neg_mag[2][0], neg_mag[2][1]);
+      decode<true>(qb, table, 0, mag[3][0], mag[3][1], neg_mag[3][0], neg_mag[3][1]);
+      int pos[4], neg[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        pos[i] = __dp4a(int(mag[i][0]), int(x[2 * i]), __dp4a(int(mag[i][1]), int(x[2 * i + 1]), 0));
+        neg[i] = __dp4a(int(neg_mag[i][0]), int(x[2 * i]),
+                        __dp4a(int(neg_mag[i][1]), int(x[2 * i + 1]), 0));
+      }
+      const int scale_lo = int(2 * (scale_byte & 15) + 1), scale_hi = int(2 * (scale_byte >> 4) + 1);
+      isum[rr] = ((pos[0] + pos[1]) - 2 * (neg[0] + neg[1])) * scale_lo +
+                 ((pos[2] + pos[3]) - 2 * (neg[2] + neg[3])) * scale_hi;
+    }
+    const uint8_t* own_row = rows + (kRowsPerHalf * half + (j >> 1)) * a.stage_row;
+    const float dw = half_bits_to_float(*reinterpret_cast<const uint16_t*>(own_row + kBytes * bi));
+    const float block_sum = __int2float_rn(reduce_scatter8<kRowsPerHalf>(isum, j));
+    const float scale = __fmul_rn(dw, *reinterpret_cast<const float*>(act + kActBlockBytes * bi));
+    // Groups 0 and 2 hold block 0 of their rows; block 1 comes from the group after each.
+    const float sum1 = __shfl_down_sync(kFull, block_sum, 8);
+    const float scale1 = __shfl_down_sync(kFull, scale, 8);
+    acc.v[0] = __fmaf_rn(block_sum, scale, acc.v[0]);
+    if (a.nb > 1) acc.v[0] = __fmaf_rn(sum1, scale1, acc.v[0]);
+  }
+
+  template <bool kGather>
+  __device__ static void finish(Acc& acc, const Args& a, int64_t r0, int lane) {
+    const int g = lane >> 3, j = lane & 7;
+    if ((g & 1) != 0 || (j & 1) != 0) return;
+    const int64_t r = r0 + kRowsPerHalf * (g >> 1) + (j >> 1);
+    if (r < a.rows) y_of<kGather>(a, 0)[r] = __fmul_rn(acc.v[0], 0.125f);
+  }
+};
+
 }  // namespace
 
 void launch_matvec_q_iq2_xs(const MatvecQLaunch& l) {
@@ -213,6 +276,7 @@ void launch_matvec_q_iq2_xs(const MatvecQLaunch& l) {
 }
 
 void launch_moe_q_iq2_xs(const MoeQLaunch& l) {
+  if (moe_stage_blocks(l) <= 2) return launch_moe<IQ2_XSShortRowKernel, IQ2_XSMmaKernel>(l);
   launch_moe<IQ2_XSKernel<4, 1, 1>, IQ2_XSMmaKernel>(l);
 }
 

@@ -109,8 +109,9 @@ void WindowGraphs::begin(uint64_t key) {
   graph_ = &capturing_;
   STRATA_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeRelaxed));
   mode_ = Mode::Capture;
-  if (seen.allocated <= kMaxFreshWindowBytes && seen.allocated <= capacity_) {
-    capturing_.fresh_bytes = fresh_limit_ = round_up(std::max<size_t>(seen.allocated, 1));
+  // (A window that allocates nothing has nothing to zero, and maybe no arena yet.)
+  if (seen.allocated > 0 && seen.allocated <= kMaxFreshWindowBytes && seen.allocated <= capacity_) {
+    capturing_.fresh_bytes = fresh_limit_ = round_up(seen.allocated);
     STRATA_CUDA_CHECK(cudaMemsetAsync(arena_, 0, fresh_limit_, ctx_.stream));
   }
 }
