@@ -205,7 +205,6 @@ struct IQ2_XSKernel {
 // block sum, and groups 0 and 2 run their rows' chains through blocks 0 and 1 in order, the same
 // float operations as the CPU's one chain.
 struct IQ2_XSShortRowKernel : IQ2_XSKernel<8, 1, 1> {
-  using Base = IQ2_XSKernel<8, 1, 1>;
   static constexpr int kRowsPerHalf = 4;
 
   __device__ static void step(const uint8_t* rows, const uint8_t* act, const uint8_t* smem,
