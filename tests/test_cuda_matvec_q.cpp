@@ -168,11 +168,9 @@ void expect_bitwise(const std::vector<float>& gpu, const std::vector<float>& ref
                      << " cpu " << (bad < 0 ? 0.0f : ref[bad]);
 }
 
-TEST_P(CudaMatvecQ, EqualsCpuDotBitwiseAndDeterministic) {
-  const Type t = GetParam();
-  ASSERT_TRUE(cuda::has_matvec_q(t));
+std::vector<Shape> matvec_shapes(Type t) {
   const int64_t blk = quant::type_info(t).block_elems;
-  const Shape shapes[] = {
+  return {
       {1, blk, 0},               // one block: most lanes idle
       {77, 2560, 0},             // rows not a multiple of the rows per warp
       {64, 2560 + 8 * blk, 16},  // padded rows
@@ -180,7 +178,12 @@ TEST_P(CudaMatvecQ, EqualsCpuDotBitwiseAndDeterministic) {
       {5, 3 * blk, 2},           // rows only 2-byte aligned
       {300, 4096, 0},            // many warps
   };
-  for (const Shape& s : shapes) {
+}
+
+TEST_P(CudaMatvecQ, EqualsCpuDotBitwiseAndDeterministic) {
+  const Type t = GetParam();
+  ASSERT_TRUE(cuda::has_matvec_q(t));
+  for (const Shape& s : matvec_shapes(t)) {
     SCOPED_TRACE(testing::Message()
                  << quant::type_name(t) << " " << s.rows << " x " << s.cols << " pad " << s.pad);
     const size_t stride = quant::row_bytes(t, s.cols) + s.pad;
@@ -200,27 +203,34 @@ TEST_P(CudaMatvecQ, EqualsCpuDotBitwiseAndDeterministic) {
   }
 }
 
-// A call with T activations gives each the bits of a one-activation call (and of the CPU).
+// A call with T activations gives each the bits of a one-activation call (and of the CPU), on
+// every shape above (Q8_0 runs 2 to 8 activations on the tensor cores, its warps split by chain:
+// partial steps and rows off the 16-row tile matter there).
 TEST_P(CudaMatvecQ, TokensEqualSingleActivations) {
   const Type t = GetParam();
-  const int64_t rows = 45, cols = 2560;
-  const size_t stride = quant::row_bytes(t, cols);
-  const std::vector<uint8_t> w = weight_rows(t, rows, cols, stride, 77);
-  const cuda::DeviceBuffer dw = to_device(w);
-  for (int tokens : {2, 3, 4, 5, 8}) {
-    SCOPED_TRACE(testing::Message() << quant::type_name(t) << " " << tokens << " activations");
-    const std::vector<float> x = activation_rows(cols, tokens, 100 + tokens, act_block(t));
-    const cuda::DeviceBuffer dx = to_device(x);
-    const std::vector<float> many = gpu_matvec_q(t, dw, stride, rows, cols, dx, tokens);
-    expect_bitwise(many, cpu_reference(t, w, stride, rows, cols, x, tokens), rows, "vs CPU");
-    std::vector<float> singles;
-    for (int k = 0; k < tokens; ++k) {
-      const std::vector<float> xk(x.begin() + k * cols, x.begin() + (k + 1) * cols);
-      const cuda::DeviceBuffer dxk = to_device(xk);
-      const std::vector<float> yk = gpu_matvec_q(t, dw, stride, rows, cols, dxk, 1);
-      singles.insert(singles.end(), yk.begin(), yk.end());
+  for (const Shape& s : matvec_shapes(t)) {
+    const size_t stride = quant::row_bytes(t, s.cols) + s.pad;
+    const std::vector<uint8_t> w = weight_rows(t, s.rows, s.cols, stride, 77 + s.rows);
+    const cuda::DeviceBuffer dw = to_device(w);
+    for (int tokens : {2, 3, 4, 5, 8}) {
+      SCOPED_TRACE(testing::Message() << quant::type_name(t) << " " << s.rows << " x " << s.cols
+                                      << " pad " << s.pad << ", " << tokens << " activations");
+      const std::vector<float> x = activation_rows(s.cols, tokens, 100 + tokens, act_block(t));
+      const cuda::DeviceBuffer dx = to_device(x);
+      const std::vector<float> many = gpu_matvec_q(t, dw, stride, s.rows, s.cols, dx, tokens);
+      expect_bitwise(many, cpu_reference(t, w, stride, s.rows, s.cols, x, tokens), s.rows,
+                     "vs CPU");
+      expect_bitwise(gpu_matvec_q(t, dw, stride, s.rows, s.cols, dx, tokens), many, s.rows,
+                     "second run");
+      std::vector<float> singles;
+      for (int k = 0; k < tokens; ++k) {
+        const std::vector<float> xk(x.begin() + k * s.cols, x.begin() + (k + 1) * s.cols);
+        const cuda::DeviceBuffer dxk = to_device(xk);
+        const std::vector<float> yk = gpu_matvec_q(t, dw, stride, s.rows, s.cols, dxk, 1);
+        singles.insert(singles.end(), yk.begin(), yk.end());
+      }
+      expect_bitwise(many, singles, s.rows, "vs one activation at a time");
     }
-    expect_bitwise(many, singles, rows, "vs one activation at a time");
   }
 }
 

@@ -1,31 +1,24 @@
 // Q8_0 weights x Q8_0 activations on the tensor cores, for calls of more than kMaxMatvecTokens
 // activations (prefill windows): y[t * rows + r] = dot_ref(W[r,:], act_t), bitwise the mat-vec
-// (matvec_q_q8_0.cu) and the CPU.
-//
-// CPU reference (quant/formats/q8_0.cpp): per block b the exact s = sum q_w q_a, then
-// lane[b % 8] = fma(d_w * d_a, float(s), lane[b % 8]); the eight lanes meet in reduce8.
-//
-// One mma.sync m16n8k32 (int8 in, int32 out) is one block of 32 codes for 16 rows x 8 tokens,
-// and its int32 results are those blocks' exact sums. Only the float steps after it need the CPU's
-// order, and they get it: each thread keeps the eight lane chains of each of its results and
-// extends chain b % 8 in block order. float(s) is formed by the magic-number add (exact for
-// |s| < 2^22; a Q8_0 block sum is at most 32 * 128 * 127 in magnitude) instead of I2F, which runs
-// at an eighth of the FMA rate on sm_90.
+// (matvec_q_q8_0.cu) and the CPU. q8_0_mma.cuh has the block step and its exactness; each thread
+// keeps the eight lane chains of each of its results and extends chain b % 8 in block order.
 //
 // A CTA of 8 warps computes 64 rows x 32 tokens (warp w: rows 16 (w % 4).., tokens 16 (w / 4)..,
 // two m16n8 tiles), walking the rows in steps of 8 blocks: 272 bytes of each of its rows and
 // activations, staged with cp.async and double-buffered. The 272-byte pitch is 16 mod 128, so the
 // 8 rows (or tokens) a fragment load touches fall in distinct banks. Consecutive CTAs take the
 // token tiles of one row tile, so a weight row comes from DRAM once and from L2 after that.
-#include "backend/cuda/matvec_q.cuh"
+#include "backend/cuda/q8_0_mma.cuh"
 
 namespace strata::cuda::detail::mvq {
 
 namespace {
 
+using namespace q8_0_mma;
+
 constexpr int kMmaWarps = 8, kMmaThreads = 32 * kMmaWarps;
 constexpr int kTileRows = 64, kTileTokens = 32;
-constexpr int kStepBlocks = 8, kBlockBytes = 34;
+constexpr int kStepBlocks = 8;
 constexpr int kPitch = kStepBlocks * kBlockBytes;  // 272
 constexpr int kStageBytes = (kTileRows + kTileTokens) * kPitch;
 constexpr size_t kMmaSmem = 2 * size_t(kStageBytes);
@@ -63,36 +56,6 @@ __device__ __forceinline__ void stage_mma_step(uint8_t* stage, const MmaArgs& a,
   }
 }
 
-// Codes 4 tig .. 4 tig + 3 (lo) and 16 + 4 tig .. (hi) of block i of a chunk. An odd block's
-// codes are word-aligned; an even block's start 2 bytes past a word.
-__device__ __forceinline__ void block_codes(const uint8_t* chunk, int i, int tig, uint32_t& lo,
-                                            uint32_t& hi) {
-  const uint8_t* codes = chunk + kBlockBytes * i + 2;
-  if (i & 1) {
-    lo = ld_shared_u32(codes + 4 * tig);
-    hi = ld_shared_u32(codes + 16 + 4 * tig);
-  } else {
-    const uint8_t* p = codes - 2 + 4 * tig;
-    lo = __funnelshift_r(ld_shared_u32(p), ld_shared_u32(p + 4), 16);
-    hi = __funnelshift_r(ld_shared_u32(p + 16), ld_shared_u32(p + 20), 16);
-  }
-}
-
-__device__ __forceinline__ float block_scale(const uint8_t* chunk, int i) {
-  return half_bits_to_float(*reinterpret_cast<const uint16_t*>(chunk + kBlockBytes * i));
-}
-
-// float(s), exactly, for |s| < 2^22.
-__device__ __forceinline__ float small_int_to_float(int s) {
-  return __fsub_rn(__int_as_float(0x4B400000 + s), 12582912.0f);
-}
-
-__device__ __forceinline__ float reduce8(const float (&l)[8]) {
-  const float a0 = __fadd_rn(l[0], l[4]), a1 = __fadd_rn(l[1], l[5]);
-  const float a2 = __fadd_rn(l[2], l[6]), a3 = __fadd_rn(l[3], l[7]);
-  return __fadd_rn(__fadd_rn(a0, a2), __fadd_rn(a1, a3));
-}
-
 __global__ void __launch_bounds__(kMmaThreads, 2) matmul_q8_0_mma_kernel(const MmaArgs a) {
   await_previous_kernel();
   extern __shared__ __align__(16) uint8_t smem[];
@@ -101,9 +64,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) matmul_q8_0_mma_kernel(const M
   const int wr = warp % 4, wt = warp / 4;
   const int64_t r0 = int64_t(blockIdx.y) * kTileRows, t0 = int64_t(blockIdx.x) * kTileTokens;
 
-  // chain[n][e][c]: lane chain c of result e of m16n8 tile n (e: rows g, g + 8 x tokens 2 tig,
+  // chain[n][c][e]: lane chain c of result e of m16n8 tile n (e: rows g, g + 8 x tokens 2 tig,
   // 2 tig + 1 of the tile, row-major).
-  float chain[2][4][8] = {};
+  float chain[2][kStepBlocks][4] = {};
 
   stage_mma_step(smem, a, r0, t0, 0, warp, lane);
   cp_async_commit();
@@ -121,26 +84,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) matmul_q8_0_mma_kernel(const M
 #pragma unroll
     for (int i = 0; i < kStepBlocks; ++i) {
       if (i >= nblk) break;  // uniform across the CTA
-      uint32_t a0, a1, a2, a3;
-      block_codes(row_g, i, tig, a0, a2);
-      block_codes(row_g8, i, tig, a1, a3);
-      const float dw[2] = {block_scale(row_g, i), block_scale(row_g8, i)};
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
         const uint8_t* tile = tokens + 8 * n * kPitch;
-        uint32_t b0, b1;
-        block_codes(tile + g * kPitch, i, tig, b0, b1);
-        const float da[2] = {block_scale(tile + 2 * tig * kPitch, i),
-                             block_scale(tile + (2 * tig + 1) * kPitch, i)};
-        int s[4];
-        asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-            "{%8, %9}, {%10, %10, %10, %10};"
-            : "=r"(s[0]), "=r"(s[1]), "=r"(s[2]), "=r"(s[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          chain[n][e][i] = __fmaf_rn(__fmul_rn(dw[e / 2], da[e % 2]), small_int_to_float(s[e]),
-                                     chain[n][e][i]);
+        block_step(row_g, row_g8, tile + g * kPitch, tile + 2 * tig * kPitch,
+                   tile + (2 * tig + 1) * kPitch, i, tig, chain[n][i]);
       }
     }
     __syncthreads();  // every warp is done reading this stage before it is refilled
@@ -152,7 +100,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) matmul_q8_0_mma_kernel(const M
     for (int e = 0; e < 4; ++e) {
       const int64_t r = r0 + 16 * wr + g + 8 * (e / 2);
       const int64_t tok = t0 + 16 * wt + 8 * n + 2 * tig + e % 2;
-      const float v = reduce8(chain[n][e]);
+      float lanes[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) lanes[c] = chain[n][c][e];
+      const float v = reduce8(lanes);
       if (r < a.rows && tok < a.tokens) a.y[size_t(tok) * size_t(a.rows) + size_t(r)] = v;
     }
 }

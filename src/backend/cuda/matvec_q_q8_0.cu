@@ -7,7 +7,7 @@
 // c + 8, c + 16, c + 24 of the step in the rows slot, slot + 4, ... of its warp, so chain b % 8 = c
 // lives in one lane and is extended in block order with no communication; the eight chains of a
 // row meet in reduce8_lanes at the end.
-#include "backend/cuda/matvec_q.cuh"
+#include "backend/cuda/q8_0_mma.cuh"
 
 namespace strata::cuda::detail::mvq {
 
@@ -84,16 +84,87 @@ struct Q8_0Kernel {
   }
 };
 
+// Three to eight activations on the tensor cores (q8_0_mma.cuh): a CTA's 16 rows are one m16
+// tile and its 8 activations one n8 tile, and the four warps split the blocks by chain instead of
+// the rows: warp w extends chains 2 w and 2 w + 1 (blocks b with b % 8 in {2 w, 2 w + 1}, in block
+// order), so each chain is still one sequence of FMAs in block order, and finish() meets the eight
+// chains of every (row, activation) in reduce8 through shared memory. The dp4a kernel above spends
+// about two instructions per weight and activation; here a block of 16 rows x 8 activations is one
+// mma and a dozen float instructions per thread. Sixteen rows a CTA (not 64, as the tiles) keep a
+// decode projection of 2048 rows on 128 SMs.
+struct Q8_0MmaKernel {
+  static constexpr int R = 4, T = 8, kStep = 32, kBytes = 34, kActBlockBytes = 34;
+  // A 16-byte pad makes the pitch 1104 bytes (276 words, 20 mod 32), which puts the 8 rows or
+  // activations of a fragment load in distinct banks; 1088 would put rows g and g + 2 in the same
+  // ones.
+  static constexpr int kRowPad = 16, kActPad = 16, kActStride = kStep * kActBlockBytes;
+  static constexpr int kSharedBytes = 0;
+  static constexpr bool kPresentTokensOnly = true;
+  static_assert(kWarps * R == 16 && kStep % 8 == 0, "one m16 tile; steps of whole chain rounds");
+
+  struct Acc {
+    float v[2][4];  // chains 2 warp + c, results e (rows g, g + 8 x activations 2 tig, 2 tig + 1)
+  };
+
+  __device__ static void init_shared(uint8_t*, const Args&) {}
+
+  // `rows` is this warp's share of the stage (run_row_groups' row split); the warp reads all 16.
+  // Only the a.tokens activations present are staged: the fragments of the others read the last
+  // one (their results are not written).
+  __device__ static void step(const uint8_t* rows, const uint8_t* act, const uint8_t*,
+                              const Args& a, int t, int lane, Acc& acc) {
+    const int warp = threadIdx.x / 32, g = lane >> 2, tig = lane & 3;
+    const uint8_t* row_g = rows + (g - warp * R) * a.stage_row;
+    const uint8_t* row_g8 = row_g + 8 * a.stage_row;
+    const int last = a.tokens - 1;
+    const uint8_t* act_g = act + min(g, last) * a.stage_act;
+    const uint8_t* act_c0 = act + min(2 * tig, last) * a.stage_act;
+    const uint8_t* act_c1 = act + min(2 * tig + 1, last) * a.stage_act;
+    const int left = a.nb - t * kStep;
+#pragma unroll
+    for (int j = 0; j < kStep / 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int i = 8 * j + 2 * warp + c;
+        if (i < left)  // uniform across the warp
+          q8_0_mma::block_step(row_g, row_g8, act_g, act_c0, act_c1, i, tig, acc.v[c]);
+      }
+  }
+
+  template <bool kGather>
+  __device__ static void finish(Acc& acc, const Args& a, int64_t warp_r0, int lane) {
+    // chains[c][activation][row] (17 floats a row of 16: fewer bank conflicts on the writes).
+    __shared__ float chains[8][T][17];
+    const int warp = threadIdx.x / 32, g = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        chains[2 * warp + c][2 * tig + e % 2][g + 8 * (e / 2)] = acc.v[c][e];
+    __syncthreads();
+    // (The next row group's finish writes `chains` again only after its steps' barriers.)
+    const int row = threadIdx.x % 16, tok = threadIdx.x / 16;
+    float lanes[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) lanes[c] = chains[c][tok][row];
+    const int64_t r = warp_r0 - warp * R + row;
+    if (r < a.rows && tok < a.tokens) y_of<kGather>(a, tok)[r] = q8_0_mma::reduce8(lanes);
+  }
+};
+
+// The fewest activations a call runs on the tensor cores. The kernel's time hardly depends on
+// how many of its 8 columns are used: the 80B shape's four decode projections of a layer took
+// 44.2 us at 2 activations and 51.5 at 8 (ncu, H200), the dp4a kernels 38.8 at 2, 52.0 at 4 and
+// 70.2 at 8.
+constexpr int kMmaMinTokens = 3;
+
 }  // namespace
 
 void launch_matvec_q_q8_0(const MatvecQLaunch& l) {
-  if (l.tokens == 1) {
-    if (l.rows_per_warp == 8) return launch<Q8_0Kernel<8, 1>>(l);
-    return launch<Q8_0Kernel<4, 1>>(l);
-  }
+  if (l.tokens >= kMmaMinTokens) return launch<Q8_0MmaKernel>(l);
   if (l.tokens == 2) return launch<Q8_0Kernel<4, 2>>(l);
-  if (l.tokens <= 4) return launch<Q8_0Kernel<4, 4>>(l);
-  return launch<Q8_0Kernel<4, 8>>(l);
+  if (l.rows_per_warp == 8) return launch<Q8_0Kernel<8, 1>>(l);
+  return launch<Q8_0Kernel<4, 1>>(l);
 }
 
 void launch_moe_q_q8_0(const MoeQLaunch& l) {
