@@ -9,7 +9,9 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -32,6 +34,23 @@ inline Floats normal_floats(size_t n, uint64_t seed, float scale = 1.0f) {
   Floats v(n);
   for (float& x : v) x = rng.normal() * scale;
   return v;
+}
+
+// T rows each routed to K distinct experts of E (a partial Fisher-Yates shuffle), with weights in
+// [0.05, max_weight).
+inline Routing random_routing(Rng& rng, int64_t T, int64_t E, int64_t K, float max_weight = 0.6f) {
+  Routing r;
+  r.top_k = K;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> ids(static_cast<size_t>(E));
+    std::iota(ids.begin(), ids.end(), 0);
+    for (int64_t j = 0; j < K; ++j) {
+      std::swap(ids[size_t(j)], ids[size_t(j + rng.below(uint32_t(E - j)))]);
+      r.experts.push_back(ids[size_t(j)]);
+      r.weights.push_back(rng.uniform(0.05f, max_weight));
+    }
+  }
+  return r;
 }
 
 inline Tensor make(Backend& be, int64_t rows, int64_t cols, const Floats& host) {

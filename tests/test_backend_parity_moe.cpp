@@ -381,21 +381,6 @@ std::vector<ExpertWeights> weights_on(Backend& b, const Experts& ex) {
   return out;
 }
 
-Routing random_routing(Rng& rng, int64_t T, int64_t E, int64_t K) {
-  Routing r;
-  r.top_k = K;
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<int32_t> ids(static_cast<size_t>(E));
-    std::iota(ids.begin(), ids.end(), 0);
-    for (int64_t j = 0; j < K; ++j) {
-      std::swap(ids[size_t(j)], ids[size_t(j + rng.below(uint32_t(E - j)))]);
-      r.experts.push_back(ids[size_t(j)]);
-      r.weights.push_back(rng.uniform(0.05f, 0.6f));
-    }
-  }
-  return r;
-}
-
 // A host routing in backend memory.
 struct RoutingTensors {
   Ids experts;

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <numeric>
 #include <set>
 #include <vector>
 
@@ -24,21 +23,6 @@ namespace {
 
 constexpr int64_t kExperts = 512, kEmbd = 2048, kFf = 512, kTopK = 10;
 constexpr int kWarmupWindows = 3, kTimedWindows = 200;
-
-Routing random_decode_routing(Rng& rng, int64_t rows) {
-  Routing r;
-  r.top_k = kTopK;
-  for (int64_t t = 0; t < rows; ++t) {
-    std::vector<int32_t> ids(kExperts);
-    std::iota(ids.begin(), ids.end(), 0);
-    for (int64_t j = 0; j < kTopK; ++j) {
-      std::swap(ids[size_t(j)], ids[size_t(j + rng.below(uint32_t(kExperts - j)))]);
-      r.experts.push_back(ids[size_t(j)]);
-      r.weights.push_back(rng.uniform(0.05f, 0.3f));
-    }
-  }
-  return r;
-}
 
 TEST(CudaMoeBandwidth, DISABLED_DecodeWindows) {
   if (cuda::device_count() == 0) GTEST_SKIP() << cuda::unavailable_reason();
@@ -82,7 +66,7 @@ TEST(CudaMoeBandwidth, DISABLED_DecodeWindows) {
   for (const int64_t rows : {1, 2, 4, 8}) {
     if (only && std::atoll(only) != rows) continue;
     SCOPED_TRACE(::testing::Message() << rows << " rows");
-    const Routing routing = random_decode_routing(rng, rows);
+    const Routing routing = random_routing(rng, rows, kExperts, kTopK, 0.3f);
     const std::set<int32_t> distinct(routing.experts.begin(), routing.experts.end());
     const Floats x = normal_floats(size_t(rows * kEmbd), 100 + rows);
     const auto run_once = [&](Backend& b, std::span<const ExpertWeights> table) {

@@ -143,16 +143,29 @@ int32_t Sampler::sample_candidates_at(std::span<const int32_t> columns, std::spa
   return sample_kept(z.total(), position);
 }
 
-int32_t Sampler::draw_in_id_order(float z, uint64_t counter) const {
+namespace {
+
+// Step 4 over `kept` in id order, p(k) its probability: the first whose running sum of p exceeds
+// u times their total (the last one when rounding leaves u at the total).
+template <class Range, class IdOf, class ProbOf>
+int32_t draw_in_order(const Range& kept, float u, IdOf id_of, ProbOf p_of) {
   double total = 0;
-  for (const Candidate& c : candidates_) total += c.weight / z;
-  const double u = double(counter_uniform(params_.seed, counter)) * total;
+  for (const auto& k : kept) total += p_of(k);
+  const double target = double(u) * total;
   double cum = 0;
-  for (const Candidate& c : candidates_) {
-    cum += c.weight / z;
-    if (u < cum) return c.id;
+  for (const auto& k : kept) {
+    cum += p_of(k);
+    if (target < cum) return id_of(k);
   }
-  return candidates_.back().id;
+  return id_of(kept.back());
+}
+
+}  // namespace
+
+int32_t Sampler::draw_in_id_order(float z, uint64_t counter) const {
+  return draw_in_order(
+      candidates_, counter_uniform(params_.seed, counter), [](const Candidate& c) { return c.id; },
+      [z](const Candidate& c) { return c.weight / z; });
 }
 
 int32_t Sampler::sample_kept(float z, uint64_t counter) {
@@ -177,15 +190,9 @@ int32_t Sampler::sample_kept(float z, uint64_t counter) {
   kept_.resize(n);
   for (size_t i = 0; i < n; ++i) kept_[i] = {candidates_[i].id, probs_[i]};
   if (!std::is_sorted(kept_.begin(), kept_.end())) std::sort(kept_.begin(), kept_.end());
-  double total = 0;
-  for (const auto& [id, p] : kept_) total += p;
-  const double u = double(counter_uniform(params_.seed, counter)) * total;
-  double cum = 0;
-  for (const auto& [id, p] : kept_) {
-    cum += p;
-    if (u < cum) return id;
-  }
-  return kept_.back().first;
+  return draw_in_order(
+      kept_, counter_uniform(params_.seed, counter), [](const auto& k) { return k.first; },
+      [](const auto& k) { return k.second; });
 }
 
 }  // namespace strata::decode
