@@ -7,11 +7,11 @@
 #ifdef STRATA_HAVE_CUDA
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_bench_util.h"
 #include "quant/kernels.h"
 #include "util/rng.h"
 
@@ -21,32 +21,15 @@ namespace {
 using quant::Type;
 
 constexpr size_t kTarget = size_t(1) << 30;
-constexpr int kWarmup = 3, kIters = 20;
-
-// Seconds per call of fn, after warm-up; calls are queued back to back and timed as one span.
-template <typename Fn>
-double seconds_per_call(cuda::Device& dev, Fn&& fn) {
-  for (int i = 0; i < kWarmup; ++i) fn();
-  dev.synchronize();
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kIters; ++i) fn();
-  dev.synchronize();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kIters;
-}
-
 TEST(CudaBandwidth, DISABLED_MatvecVersusCopy) {
   if (cuda::device_count() == 0) GTEST_SKIP() << cuda::unavailable_reason();
   cuda::Device dev(0);
   std::printf("[ bw       ] %s, %d SMs\n", dev.info().name.c_str(), dev.info().sm_count);
 
-  double copy_gbs;
-  {
-    cuda::DeviceBuffer a(kTarget), b(kTarget);
-    const double s = seconds_per_call(dev, [&] { dev.copy(b.data(), a.data(), kTarget); });
-    copy_gbs = 2.0 * double(kTarget) / s / 1e9;  // bytes read + bytes written
-    std::printf("[ bw       ] copy %zu MiB device to device: %.3f ms, %.0f GB/s (read + write)\n",
-                kTarget >> 20, s * 1e3, copy_gbs);
-  }
+  const cuda_bench::CopyRate copy = cuda_bench::copy_rate(dev, kTarget);
+  const double copy_gbs = copy.gbs;
+  std::printf("[ bw       ] copy %zu MiB device to device: %.3f ms, %.0f GB/s (read + write)\n",
+              kTarget >> 20, copy.seconds * 1e3, copy_gbs);
 
   for (const int64_t cols : {int64_t(4096), int64_t(2560)}) {
     for (Type t : {Type::IQ2_XS, Type::Q4_K, Type::Q8_0, Type::FP8_E4M3}) {
@@ -73,7 +56,7 @@ TEST(CudaBandwidth, DISABLED_MatvecVersusCopy) {
       for (float& v : xs) v = rng.normal();
       dev.upload(x.data(), xs.data(), x.size());
 
-      const double s = seconds_per_call(dev, [&] {
+      const double s = cuda_bench::seconds_per_call(dev, [&] {
         dev.matvec(t, w.data(), row_bytes, rows, cols, x.as<float>(), y.as<float>());
       });
       const double gbs = double(bytes) / s / 1e9;

@@ -10,13 +10,13 @@
 #ifdef STRATA_HAVE_CUDA
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_bench_util.h"
 #include "quant/kernels.h"
 #include "util/rng.h"
 
@@ -26,17 +26,7 @@ namespace {
 using quant::Type;
 
 constexpr size_t kTarget = size_t(1) << 30;
-constexpr int kWarmup = 3, kIters = 20, kCheckedRows = 64;
-
-template <typename Fn>
-double seconds_per_call(cuda::Device& dev, Fn&& fn) {
-  for (int i = 0; i < kWarmup; ++i) fn();
-  dev.synchronize();
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kIters; ++i) fn();
-  dev.synchronize();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kIters;
-}
+constexpr int kCheckedRows = 64;
 
 struct Version {
   std::string name;
@@ -75,14 +65,10 @@ TEST(CudaMatvecQBandwidth, DISABLED_OldVersusNew) {
   cuda::Device dev(0);
   std::printf("[ bw       ] %s, %d SMs\n", dev.info().name.c_str(), dev.info().sm_count);
 
-  double copy_gbs;
-  {
-    cuda::DeviceBuffer a(kTarget), b(kTarget);
-    const double s = seconds_per_call(dev, [&] { dev.copy(b.data(), a.data(), kTarget); });
-    copy_gbs = 2.0 * double(kTarget) / s / 1e9;  // bytes read + bytes written
-    std::printf("[ json ] {\"copy_mib\": %zu, \"ms\": %.4f, \"gbs\": %.1f}\n", kTarget >> 20,
-                s * 1e3, copy_gbs);
-  }
+  const cuda_bench::CopyRate copy = cuda_bench::copy_rate(dev, kTarget);
+  const double copy_gbs = copy.gbs;
+  std::printf("[ json ] {\"copy_mib\": %zu, \"ms\": %.4f, \"gbs\": %.1f}\n", kTarget >> 20,
+              copy.seconds * 1e3, copy_gbs);
 
   std::vector<Summary> summary;
   for (const int64_t cols : {int64_t(4096), int64_t(2560)}) {
@@ -140,7 +126,7 @@ TEST(CudaMatvecQBandwidth, DISABLED_OldVersusNew) {
           }
           EXPECT_TRUE(exact) << quant::type_name(t) << " " << v.name << " differs from the CPU";
         }
-        const double sec = seconds_per_call(dev, call);
+        const double sec = cuda_bench::seconds_per_call(dev, call);
         const double gbs = double(bytes) / sec / 1e9;
         std::printf(
             "[ json ] {\"format\": \"%s\", \"cols\": %lld, \"rows\": %lld, \"version\": \"%s\", "

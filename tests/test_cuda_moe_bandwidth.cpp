@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend_test_util.h"
+#include "cuda_bench_util.h"
 
 namespace strata::backend::testing {
 namespace {
@@ -29,17 +30,7 @@ TEST(CudaMoeBandwidth, DISABLED_DecodeWindows) {
   double copy_gbs;
   {
     cuda::Device dev(0);
-    constexpr size_t kBytes = size_t(1) << 30;
-    cuda::DeviceBuffer a(kBytes), b(kBytes);
-    for (int i = 0; i < 3; ++i) dev.copy(b.data(), a.data(), kBytes);
-    dev.synchronize();
-    const auto start = std::chrono::steady_clock::now();
-    constexpr int kCopies = 20;
-    for (int i = 0; i < kCopies; ++i) dev.copy(b.data(), a.data(), kBytes);
-    dev.synchronize();
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kCopies;
-    copy_gbs = 2.0 * double(kBytes) / s / 1e9;  // bytes read + bytes written
+    copy_gbs = cuda_bench::copy_rate(dev, size_t(1) << 30).gbs;
   }
   std::unique_ptr<Backend> gpu = cuda::make_cuda_backend(0);
   CpuBackend cpu(2);
