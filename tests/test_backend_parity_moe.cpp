@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "backend_test_util.h"
+#include "decode/sampler.h"
 #include "test_quant_util.h"
 
 namespace strata::backend::testing {
@@ -307,22 +308,29 @@ Floats row_sums(Backend& b, const Tensor& logits, float temperature) {
   return read(b, sums);
 }
 
+// T >= 6 rows of V logits for the sampling ops: row 0 random; row 1: zeros of both signs as the
+// largest; row 2: NaNs; row 3: all NaN; row 4: an infinity at V / 3 and -inf at V / 2; row 5:
+// one value (at V / 4) far above the rest; rows past 5 random.
+Floats sampling_rows(int64_t T, int64_t V, uint64_t seed) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  Floats logits = normal_floats(size_t(T * V), seed, 4.0f);
+  for (int64_t c = 0; c < V; ++c) logits[size_t(V + c)] = c % 2 ? -0.0f : -float(c % 7);
+  for (int64_t c = 0; c < V; c += 3) logits[size_t(2 * V + c)] = nan;
+  for (int64_t c = 0; c < V; ++c) logits[size_t(3 * V + c)] = nan;
+  logits[size_t(4 * V + V / 3)] = inf;
+  logits[size_t(4 * V + V / 2)] = -inf;
+  for (int64_t c = 0; c < V; ++c) logits[size_t(5 * V + c)] = c == V / 4 ? 1e4f : float(c % 100);
+  return logits;
+}
+
 // Bitwise the CPU's: the sampler's nucleus reads this sum in place of its own over the row.
 TEST_P(WeightOps, SamplingSums) {
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (const int64_t V : {int64_t(1), int64_t(37), int64_t(256), int64_t(1025), int64_t(248320)}) {
     for (const float temperature : {0.05f, 0.7f, 1.0f, 3.0f}) {
       SCOPED_TRACE(::testing::Message() << "V " << V << " temperature " << temperature);
       const int64_t T = 6;
-      Floats logits = normal_floats(size_t(T * V), uint64_t(V * 3 + 1), 4.0f);
-      // Row 1: zeros of both signs as the largest; row 2: NaNs; row 3: all NaN (0); row 4: an
-      // infinity (1) and -inf; row 5: values far below the largest (weights 0).
-      for (int64_t c = 0; c < V; ++c) logits[size_t(V + c)] = c % 2 ? -0.0f : -float(c % 7);
-      for (int64_t c = 0; c < V; c += 3) logits[size_t(2 * V + c)] = nan;
-      for (int64_t c = 0; c < V; ++c) logits[size_t(3 * V + c)] = nan;
-      logits[size_t(4 * V + V / 3)] = inf;
-      logits[size_t(4 * V + V / 2)] = -inf;
-      for (int64_t c = 0; c < V; ++c) logits[size_t(5 * V + c)] = c == V / 4 ? 1e4f : float(c % 100);
+      // Row 3 sums to 0, rows 4 and 5 to 1 (the other weights are 0).
+      const Floats logits = sampling_rows(T, V, uint64_t(V * 3 + 1));
       Tensor lt = make(be(), T, V, logits), lr = make(ref(), T, V, logits);
       const Floats sums = row_sums(be(), lt, temperature), want = row_sums(ref(), lr, temperature);
       EXPECT_EQ(0, std::memcmp(sums.data(), want.data(), sums.size() * 4));
@@ -345,6 +353,56 @@ TEST_P(WeightOps, SamplingSums) {
   expect_throws_naming([&] { be().sampling_sums(lt, 0.7f, be().alloc(1, 1)); }, "sampling_sums");
   expect_throws_naming([&] { be().sampling_sums(lt, 0.7f, be().alloc(2, 2)); }, "sampling_sums");
   expect_throws_naming([&] { be().sampling_sums(lt, 0.0f, be().alloc(2, 1)); }, "temperature");
+}
+
+// Each row's plain temperature draw in backend memory, read back.
+std::vector<int32_t> draws(Backend& b, const Tensor& logits, float temperature, const Floats& uniforms) {
+  const Ids index = b.alloc_ids(logits.rows, 1);
+  b.draw(logits, temperature, make(b, logits.rows, 1, uniforms), index);
+  std::vector<int32_t> ids(size_t(logits.rows));
+  b.download_ids(index, ids.data());
+  return ids;
+}
+
+// Bitwise the CPU's, and the host sampler's token for the same row, temperature and position:
+// plain temperature sampling draws where the logits are.
+TEST_P(WeightOps, Draw) {
+  for (const int64_t V : {int64_t(1), int64_t(37), int64_t(256), int64_t(1025), int64_t(248320)}) {
+    for (const float temperature : {0.05f, 0.7f, 1.0f, 3.0f}) {
+      SCOPED_TRACE(::testing::Message() << "V " << V << " temperature " << temperature);
+      const int64_t T = 7;
+      // Row 3 draws -1, rows 4 and 5 their one weight; row 6 is flat (u near 1 lands in the last
+      // chunks).
+      Floats logits = sampling_rows(T, V, uint64_t(V * 5 + 2));
+      for (int64_t c = 0; c < V; ++c) logits[size_t(6 * V + c)] = 0.5f;
+      Tensor lt = make(be(), T, V, logits), lr = make(ref(), T, V, logits);
+      for (const uint64_t seed : {uint64_t(1), uint64_t(9)}) {
+        Floats uniforms(static_cast<size_t>(T));
+        for (int64_t r = 0; r < T; ++r) uniforms[size_t(r)] = counter_uniform(seed, uint64_t(100 + r));
+        if (seed == 9) uniforms[6] = std::nextafter(1.0f, 0.0f);
+        const std::vector<int32_t> got = draws(be(), lt, temperature, uniforms);
+        EXPECT_EQ(got, draws(ref(), lr, temperature, uniforms));
+        EXPECT_EQ(got[3], -1);
+        if (V > 2) {
+          EXPECT_EQ(got[4], int32_t(V / 3));
+          EXPECT_EQ(got[5], int32_t(V / 4));
+        }
+        for (int64_t r = 0; r < T; ++r) {
+          if (got[size_t(r)] < 0) continue;  // a row of NaNs (row 3; row 2 at V = 1): the sampler refuses it
+          if (seed == 9 && r == 6) continue;  // not a counter_uniform value
+          decode::Sampler sampler({.temperature = temperature, .seed = seed}, V);
+          const std::span<const float> row(logits.data() + r * V, size_t(V));
+          EXPECT_EQ(got[size_t(r)], sampler.sample_at(row, {}, uint64_t(100 + r))) << "row " << r;
+          const std::vector<int32_t> one =
+              draws(be(), lt.rows_view(r, 1), temperature, Floats{uniforms[size_t(r)]});
+          EXPECT_EQ(one[0], got[size_t(r)]) << "row " << r << " alone";
+        }
+      }
+    }
+  }
+  Tensor lt = be().alloc(2, 8);
+  expect_throws_naming([&] { be().draw(lt, 0.7f, be().alloc(1, 1), be().alloc_ids(2, 1)); }, "draw");
+  expect_throws_naming([&] { be().draw(lt, 0.0f, be().alloc(2, 1), be().alloc_ids(2, 1)); }, "temperature");
 }
 
 // Experts of random formats, random routing; owned by the test.

@@ -127,6 +127,12 @@ TEST_F(Generate, SameSeedSameTokens) {
   const auto nucleus_device = run(prompt, nucleus).tokens;
   nucleus.logits_filter = [](std::span<float>) {};
   EXPECT_EQ(run(prompt, nucleus).tokens, nucleus_device);
+  // Plain temperature: each row drawn in the window with its position's number (Backend::draw).
+  GenerateParams plain = greedy(16);
+  plain.sampling = {.temperature = 0.9f, .seed = 5};
+  const auto plain_device = run(prompt, plain).tokens;
+  plain.logits_filter = [](std::span<float>) {};
+  EXPECT_EQ(run(prompt, plain).tokens, plain_device);
   bool some_other_seed_differs = false;
   for (uint64_t seed = 1; seed <= 4; ++seed) some_other_seed_differs |= sampled(seed) != a;
   EXPECT_TRUE(some_other_seed_differs);

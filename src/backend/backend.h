@@ -384,6 +384,11 @@ class Backend {
   // sampling_weight(x, the row's largest, temperature) in kSumChunk's order (sampling_weight.h),
   // bitwise on every backend.
   virtual void sampling_sums(const Tensor& x, float temperature, Tensor sums) = 0;
+  // Plain temperature sampling (no top-k, no nucleus) where the logits are, so a token per row
+  // comes back: index [rows, 1] gets each row's draw at `temperature` (> 0) with the uniform
+  // number uniforms [rows, 1] in [0, 1) (sampling_weight.h: pick_chunk, then pick_column, over
+  // the row's weights, NaN weighing 0), -1 when every value is NaN; bitwise on every backend.
+  virtual void draw(const Tensor& x, float temperature, const Tensor& uniforms, Ids index) = 0;
 };
 
 // Host <-> backend conversions for the places that need host values.

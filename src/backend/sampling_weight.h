@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__CUDACC__)
 #define STRATA_HOST_DEVICE __host__ __device__
@@ -92,6 +93,63 @@ STRATA_HOST_DEVICE inline float sampling_exp(float x) {
 STRATA_HOST_DEVICE inline float sampling_weight(float x, float max, float t) {
   if (x == max) return 1.0f;
   return sampling_exp(sampling_detail::div(sampling_detail::add(x, -max), t));
+}
+
+// Plain temperature sampling (no top-k, no nucleus) draws a token from its weights in two steps
+// that a kernel can take as the host does. The row's weights are summed per chunk of kSumChunk
+// columns in column order (floats, NaN columns weighing 0), sums[0 .. chunks). With total the
+// double sum of those in chunk order and target = u * total (u in [0, 1)), the draw is:
+//   pick_chunk: the first chunk whose running double sum passes target;
+//   pick_column: in it, the first column whose running double sum (continuing from the chunks
+//   before) passes target.
+// Where rounding leaves target at or past every running sum, the last chunk (column) of positive
+// weight is taken.
+struct ChunkPick {
+  int64_t chunk;  // -1: every weight is 0 (an all-NaN row)
+  double target, before;  // before: the double sum of the chunks before `chunk`
+};
+
+STRATA_HOST_DEVICE inline ChunkPick pick_chunk(const float* sums, int64_t chunks, float u) {
+  double total = 0;
+  for (int64_t c = 0; c < chunks; ++c) total += double(sums[c]);
+  const double target = double(u) * total;
+  ChunkPick last{-1, target, 0};
+  double cum = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (sums[c] > 0.0f) {
+      if (target < cum + double(sums[c])) return {c, target, cum};
+      last = {c, target, cum};
+    }
+    cum += double(sums[c]);
+  }
+  return last;
+}
+
+// The column (0 .. n) of the picked chunk, whose weights are w[0 .. n); -1 when all are 0.
+STRATA_HOST_DEVICE inline int64_t pick_column(const float* w, int64_t n, const ChunkPick& pick) {
+  double cum = pick.before;
+  int64_t last = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (w[i] > 0.0f) {
+      cum += double(w[i]);
+      last = i;
+      if (pick.target < cum) return i;
+    }
+  }
+  return last;
+}
+
+// The draw over a whole row's weights w[0 .. cols) on the host (0 for NaN columns): its chunk
+// sums, then the two picks. The column, or -1 when every weight is 0.
+inline int64_t draw_row(const float* w, int64_t cols, float u) {
+  const int64_t chunks = (cols + kSumChunk - 1) / kSumChunk;
+  std::vector<float> sums(size_t(chunks), 0.0f);
+  for (int64_t c = 0; c < cols; ++c) sums[size_t(c / kSumChunk)] += w[c];
+  const ChunkPick pick = pick_chunk(sums.data(), chunks, u);
+  if (pick.chunk < 0) return -1;
+  const int64_t first = pick.chunk * kSumChunk;
+  const int64_t i = pick_column(w + first, cols - first < kSumChunk ? cols - first : kSumChunk, pick);
+  return i < 0 ? -1 : first + i;
 }
 
 // A softmax sum in kSumChunk's order on the host: weights added in ascending column order.

@@ -183,6 +183,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     int64_t count = std::min(params.batch, n - first);
     if (keep > first && keep < first + count) count = keep - first;
     const auto window = prompt.subspan(size_t(first), size_t(count));
+    choice.at_positions(uint64_t(first + count), 1);  // the last prompt window's row: position n
     logits = model_.forward(window, state_, model::LogitsMode::Last,
                             {.hidden = hidden_ptr, .greedy = choice.greedy(), .top_k = choice.top()});
     if (hidden_ptr) speculator_.observe(first, hidden);
@@ -302,6 +303,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     base = state_.n_past;
     warming_before = warming_windows();
     window_start = Clock::now();
+    choice.at_positions(history.size(), rows);  // row r chooses the token after history + r
     logits = model_.forward(window, state_, rows > 1 ? model::LogitsMode::All : model::LogitsMode::Last,
                             {.journal = rows > 1 ? &speculator_.journal() : nullptr,
                              .hidden = hidden_ptr,

@@ -3,14 +3,23 @@
 #include <cmath>
 
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace strata::decode {
 
 RowChoice::RowChoice(const SamplingParams& params, bool rows_unread)
-    : greedy_(rows_unread && params.plain_greedy()) {
+    : greedy_(rows_unread && params.plain_greedy()), seed_(params.seed) {
   if (!rows_unread) return;
   candidates_.k = params.device_candidates();
   if (params.device_row_sum()) candidates_.sum_temperature = params.temperature;
+  if (params.device_draw()) candidates_.draw_temperature = params.temperature;
+}
+
+void RowChoice::at_positions(uint64_t first, int64_t rows) {
+  first_position_ = first;
+  if (candidates_.draw_temperature <= 0.0f) return;
+  candidates_.uniforms.resize(size_t(rows));
+  for (int64_t r = 0; r < rows; ++r) candidates_.uniforms[size_t(r)] = counter_uniform(seed_, first + uint64_t(r));
 }
 
 int32_t RowChoice::choose(Sampler& sampler, std::span<float> logits, int64_t r,
@@ -18,6 +27,14 @@ int32_t RowChoice::choose(Sampler& sampler, std::span<float> logits, int64_t r,
                           const std::function<void(std::span<float>)>& filter) {
   if (greedy_) {
     const int32_t id = choices_.at(size_t(r));
+    if (id < 0) fail("sampling: every logit is NaN");
+    return id;
+  }
+  if (candidates_.draw_temperature > 0.0f) {
+    if (position != first_position_ + uint64_t(r))
+      fail("sampling: window row ", r, " was drawn for position ", first_position_ + uint64_t(r), ", not ",
+           position);
+    const int32_t id = candidates_.columns.at(size_t(r));
     if (id < 0) fail("sampling: every logit is NaN");
     return id;
   }

@@ -1,8 +1,8 @@
-// Where a sequence's next token is chosen: plain greedy choices and top-k / nucleus sampling are
-// chosen where the logits are (model::ForwardExtras::greedy / top_k: a token or the candidates per
-// row come back, not n_vocab floats); penalties, plain temperature sampling and whatever reads or
-// edits the logits (a constraint, typical acceptance) take the rows. Session::generate and
-// SequenceRun (several sequences per window) choose through this one path.
+// Where a sequence's next token is chosen: plain greedy choices, top-k / nucleus sampling and
+// plain temperature sampling are chosen where the logits are (model::ForwardExtras::greedy /
+// top_k: a token or the candidates per row come back, not n_vocab floats); penalties and whatever
+// reads or edits the logits (a constraint, typical acceptance) take the rows. Session::generate
+// and SequenceRun (several sequences per window) choose through this one path.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,12 @@ class RowChoice {
 
   // What a window is asked to choose (null: not that way); at most one is set.
   std::vector<int32_t>* greedy() { return greedy_ ? &choices_ : nullptr; }
-  model::TopLogits* top() { return candidates_.k > 0 ? &candidates_ : nullptr; }
+  model::TopLogits* top() {
+    return candidates_.k > 0 || candidates_.draw_temperature > 0.0f ? &candidates_ : nullptr;
+  }
+  // Before each window: row r of its logits will be chosen for position first + r (what choose()
+  // is then given), so a plain temperature draw in the window uses that position's uniform number.
+  void at_positions(uint64_t first, int64_t rows);
 
   // The sampler's token for row r of the last window, keyed by `position`: from what the window
   // chose, or from `logits` (the window's rows, n_vocab each) after `filter` edits the row in place.
@@ -33,6 +38,8 @@ class RowChoice {
 
  private:
   bool greedy_;
+  uint64_t seed_;
+  uint64_t first_position_ = 0;
   std::vector<int32_t> choices_;
   model::TopLogits candidates_;
 };

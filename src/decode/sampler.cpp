@@ -108,7 +108,7 @@ int32_t Sampler::choose(std::span<const float> logits, std::span<const int32_t> 
     c.weight = backend::sampling_weight(c.logit, max, params_.temperature);
     z.add(c.id, c.weight);
   }
-  if (!params_.nucleus()) return draw_in_id_order(z.total(), counter);
+  if (!params_.nucleus()) return params_.top_k > 0 ? draw_in_id_order(z.total(), counter) : draw_plain(counter);
   const size_t best = std::min(candidates_.size(), size_t(kMaxNucleus));
   std::nth_element(candidates_.begin(), candidates_.begin() + std::ptrdiff_t(best), candidates_.end(), ByLogit());
   candidates_.resize(best);
@@ -166,6 +166,14 @@ int32_t Sampler::draw_in_id_order(float z, uint64_t counter) const {
   return draw_in_order(
       candidates_, counter_uniform(params_.seed, counter), [](const Candidate& c) { return c.id; },
       [z](const Candidate& c) { return c.weight / z; });
+}
+
+int32_t Sampler::draw_plain(uint64_t counter) {
+  row_weights_.assign(size_t(n_vocab_), 0.0f);
+  for (const Candidate& c : candidates_) row_weights_[size_t(c.id)] = c.weight;
+  const int64_t id = backend::draw_row(row_weights_.data(), n_vocab_, counter_uniform(params_.seed, counter));
+  if (id < 0) fail("sampling: every logit is NaN");
+  return int32_t(id);
 }
 
 int32_t Sampler::sample_kept(float z, uint64_t counter) {

@@ -11,7 +11,10 @@
 //      kMaxNucleus of them, while the running sum of p (in double) is below top_p, then those
 //      with p >= min_p * the first's p.
 //   4. The draw: u = counter_uniform(seed, counter); walking the kept tokens in id order, the
-//      first whose running sum of p exceeds u times their total.
+//      first whose running sum of p exceeds u times their total. Plain temperature sampling (no
+//      top-k, no nucleus) draws in two steps instead, a chunk of kSumChunk columns and then a
+//      column in it (backend/sampling_weight.h, pick_chunk and pick_column), which a backend
+//      takes where the logits are (Backend::draw), so only the token comes back.
 // Every step reads only K's best kMaxNucleus tokens and Z, so a backend can hand over those
 // (Backend::top_k, Backend::sampling_sums) instead of the row, and no step sorts the row.
 #pragma once
@@ -59,6 +62,9 @@ struct SamplingParams {
   bool device_row_sum() const { return device_candidates() > 0 && top_k == 0; }
   // Where top-p or min-p cut the candidates.
   bool nucleus() const { return top_p < 1.0f || min_p > 0.0f; }
+  // Plain temperature sampling, which a backend draws where the logits are (Backend::draw) from
+  // the position's uniform number.
+  bool device_draw() const { return temperature > 0.0f && !penalized() && top_k == 0 && !nucleus(); }
 
  private:
   bool penalized() const {
@@ -103,12 +109,15 @@ class Sampler {
   // Step 4 alone where nothing is cut (no nucleus) and candidates_ are K in id order: the same
   // sums in the same order as sample_kept, without its copies of the row.
   int32_t draw_in_id_order(float z, uint64_t counter) const;
+  // Step 4 of plain temperature sampling (candidates_: every non-NaN logit, in id order).
+  int32_t draw_plain(uint64_t counter);
 
   SamplingParams params_;
   int64_t n_vocab_;
   uint64_t draws_ = 0;  // sample()'s counter
   std::vector<Candidate> candidates_;
   std::vector<float> probs_;
+  std::vector<float> row_weights_;  // draw_plain: the row's weights by column, 0 for NaN
   std::vector<std::pair<int32_t, float>> kept_;  // (id, p), the draw's order
   std::unordered_map<int32_t, int32_t> counts_;
 };

@@ -44,6 +44,8 @@ std::span<const int32_t> SequenceRun::next_rows(int64_t budget) {
     finish(FinishReason::Cancelled);
     return {};
   }
+  // The window's one logits row is chosen (sample()) for the position after history_.
+  choice_.at_positions(history_.size(), 1);
   if (phase_ == Phase::Decode) {
     pending_ = 1;
     return std::span(&last_, 1);

@@ -69,6 +69,7 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
                                                      .greedy = extras.greedy != nullptr,
                                                      .top_k = extras.top_k ? extras.top_k->k : 0,
                                                      .sum_temperature = extras.top_k ? extras.top_k->sum_temperature : 0.0f,
+                                                     .draw_temperature = extras.top_k ? extras.top_k->draw_temperature : 0.0f,
                                                      .journal = extras.journal}));
   // The window's scratch lives inside the recording: its allocations repeat with its ops.
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
@@ -160,7 +161,7 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   std::vector<KeyPart> key_parts;
   for (const SequenceRows& sq : sequences)
     key_parts.push_back({int64_t(sq.tokens.size()), sq.mode, sq.state, sq.greedy != nullptr, sq.top ? sq.top->k : 0,
-                         sq.top ? sq.top->sum_temperature : 0.0f});
+                         sq.top ? sq.top->sum_temperature : 0.0f, sq.top ? sq.top->draw_temperature : 0.0f});
   BackendWindow backend_window(backend_, window_key(key_parts, dump_ != nullptr,
                                                     host_steps(route_ != nullptr, *experts_), {}));
   Window w{backend_, c, weights_, *experts_, *sequences[0].state, std::move(pos), tokens, T, renormalize_topk_, dump_,

@@ -35,10 +35,14 @@ class RouteControl;
 class Journal;
 
 // A window's top-k candidates per logits row, in the sampler's order, and where asked each row's
-// softmax sum.
+// softmax sum; or, for plain temperature sampling, each row's drawn token.
 struct TopLogits {
   int32_t k = 0;                  // candidates per row, 1..Backend::kMaxTopK
   float sum_temperature = 0.0f;   // > 0: the rows' sums at it too (Backend::sampling_sums)
+  // > 0 (k 0): each row's token drawn in the window at this temperature with uniforms[row]
+  // (Backend::draw), into columns[row]; -1 when every logit is NaN.
+  float draw_temperature = 0.0f;
+  std::vector<float> uniforms;    // [rows] for a draw, set before the window
   std::vector<int32_t> columns;   // [rows * k]; -1 past a row's non-NaN logits
   std::vector<float> logits;      // [rows * k]
   std::vector<float> sums;        // [rows] where sum_temperature > 0
@@ -58,7 +62,8 @@ struct ForwardExtras {
   std::vector<int32_t>* greedy = nullptr;
   // Receives each logits row's top_k->k largest logits (and sums) instead of the rows
   // (Backend::top_k, sampling_sums), what top-k and top-p sampling read
-  // (decode::Sampler::sample_candidates_at). Not with `greedy`.
+  // (decode::Sampler::sample_candidates_at), or each row's plain temperature draw
+  // (Backend::draw). Not with `greedy`.
   TopLogits* top_k = nullptr;
 };
 

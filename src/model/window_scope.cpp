@@ -20,11 +20,13 @@ uint64_t window_key(std::span<const KeyPart> parts, bool dumps, bool host_steps,
   uint64_t h = mix(mix(0xcbf29ce484222325ull, uint64_t(parts.size())), host_steps ? 1 : 0);
   h = mix(mix(mix(h, extras.mtp ? 1 : 0), extras.hidden ? 1 : 0), extras.greedy ? 1 : 0);
   h = mix(mix(h, uint64_t(extras.top_k)), uint64_t(std::bit_cast<uint32_t>(extras.sum_temperature)));
+  h = mix(h, uint64_t(std::bit_cast<uint32_t>(extras.draw_temperature)));
   // The journal's copies have fixed addresses in a recording: a new layout is a new key.
   if (extras.journal) h = mix(h, extras.journal->layout());
   for (const KeyPart& p : parts) {
     h = mix(mix(h, uint64_t(p.rows)), uint64_t(p.mode));
     h = mix(mix(mix(h, p.greedy ? 1 : 0), uint64_t(p.top_k)), uint64_t(std::bit_cast<uint32_t>(p.sum_temperature)));
+    h = mix(h, uint64_t(std::bit_cast<uint32_t>(p.draw_temperature)));
     for (const LayerState& l : p.state->layers)
       for (const Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm, &l.ple_conv, &l.idx_k, &l.idx_blocks})
         h = mix(h, address(t->data));
@@ -41,6 +43,13 @@ WindowLogits::WindowLogits(backend::Backend& be, std::vector<int32_t>* greedy, s
     : be_(be), greedy_(greedy), probs_(probs), top_(top) {
   if (greedy && top) fail("forward: a window gives back greedy choices or top-k candidates, not both");
   if (probs && !greedy) fail("forward: probabilities come only with greedy choices");
+  if (top && top->draw_temperature != 0.0f) {
+    if (!(top->draw_temperature > 0.0f && std::isfinite(top->draw_temperature)))
+      fail("forward: a draw needs a temperature > 0, got ", top->draw_temperature);
+    if (top->k != 0 || top->sum_temperature != 0.0f)
+      fail("forward: a window draws the rows' tokens or gives back top-k candidates, not both");
+    return;
+  }
   if (top && (top->k < 1 || top->k > backend::Backend::kMaxTopK))
     fail("forward: top-k candidates per row must be 1..", backend::Backend::kMaxTopK, ", got ", top->k);
   if (top && !(top->sum_temperature >= 0.0f && std::isfinite(top->sum_temperature)))
@@ -52,6 +61,14 @@ void WindowLogits::choose(Scratch& keep, const backend::Tensor& logits) {
     index_ = keep.ids(logits.rows, 1);
     if (probs_) values_ = keep(logits.rows, 1);
     be_.argmax(logits, index_, values_);
+  } else if (top_ && top_->draw_temperature > 0.0f) {
+    if (int64_t(top_->uniforms.size()) != logits.rows)
+      fail("forward: a draw needs one uniform number per logits row, got ", top_->uniforms.size(), " for ",
+           logits.rows, " rows");
+    index_ = keep.ids(logits.rows, 1);
+    uniforms_ = keep(logits.rows, 1);
+    be_.upload(top_->uniforms.data(), uniforms_);
+    be_.draw(logits, top_->draw_temperature, uniforms_, index_);
   } else if (top_) {
     index_ = keep.ids(logits.rows, top_->k);
     values_ = keep(logits.rows, top_->k);
@@ -72,7 +89,7 @@ std::vector<float> WindowLogits::read(const backend::Tensor& logits) {
   std::vector<int32_t>& index = greedy_ ? *greedy_ : top_->columns;
   index.resize(size_t(index_.size()));
   be_.download_ids(index_, index.data());
-  std::vector<float>* values = greedy_ ? probs_ : &top_->logits;
+  std::vector<float>* values = greedy_ ? probs_ : top_->draw_temperature > 0.0f ? nullptr : &top_->logits;
   if (values) {
     values->resize(size_t(values_.rows * values_.cols));
     be_.download(values_, values->data());

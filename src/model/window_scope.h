@@ -24,6 +24,7 @@ struct KeyPart {
   bool greedy = false;
   int32_t top_k = 0;
   float sum_temperature = 0.0f;
+  float draw_temperature = 0.0f;
 };
 
 // What else shapes a window's ops: a window of the MTP head (its block and head instead of the
@@ -33,6 +34,7 @@ struct KeyExtras {
   bool mtp = false, hidden = false, greedy = false;
   int32_t top_k = 0;  // the rows' top-k candidates chosen in the window (0: not)
   float sum_temperature = 0.0f;  // the rows' softmax sums taken at it in the window (0: not)
+  float draw_temperature = 0.0f;  // the rows' plain temperature draws at it in the window (0: not)
   const Journal* journal = nullptr;
 };
 
@@ -81,9 +83,9 @@ class BackendWindow {
   bool open_ = true;
 };
 
-// What a window gives back from its LM head: every logits row, or each row's greedy choice or
-// top-k candidates, chosen by an op inside the window so that only a token (and, when asked, its
-// probability) or k candidates per row are read back.
+// What a window gives back from its LM head: every logits row, or each row's greedy choice, top-k
+// candidates or plain temperature draw, chosen by an op inside the window so that only a token
+// (and, when asked, its probability) or k candidates per row are read back.
 class WindowLogits {
  public:
   // At most one of greedy and top; probs only with greedy. Throws strata::Error otherwise.
@@ -102,6 +104,7 @@ class WindowLogits {
   backend::Ids index_;
   backend::Tensor values_;  // greedy: the probabilities; top-k: the candidates' logits
   backend::Tensor sums_;    // top-k with sums: the rows' softmax sums
+  backend::Tensor uniforms_;  // a draw: the rows' uniform numbers
 };
 
 }  // namespace strata::model

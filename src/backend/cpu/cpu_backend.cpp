@@ -252,4 +252,9 @@ void CpuBackend::sampling_sums(const Tensor& x, float temperature, Tensor sums) 
   cpu::sampling_sums(x, temperature, sums);
 }
 
+void CpuBackend::draw(const Tensor& x, float temperature, const Tensor& uniforms, Ids index) {
+  cpu::require(index.data || index.size() == 0, "draw", "index has no storage");
+  cpu::draw(x, temperature, uniforms, {index.data, size_t(index.size())});
+}
+
 }  // namespace strata::backend

@@ -83,6 +83,7 @@ class CpuBackend : public Backend {
   void argmax(const Tensor& x, Ids index, Tensor prob) override;
   void top_k(const Tensor& x, Ids index, Tensor values) override;
   void sampling_sums(const Tensor& x, float temperature, Tensor sums) override;
+  void draw(const Tensor& x, float temperature, const Tensor& uniforms, Ids index) override;
 
  private:
   cpu::ThreadPool pool_;

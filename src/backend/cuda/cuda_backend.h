@@ -287,6 +287,7 @@ class CudaBackend : public Backend {
   void argmax(const Tensor& x, Ids index, Tensor prob) override;
   void top_k(const Tensor& x, Ids index, Tensor values) override;
   void sampling_sums(const Tensor& x, float temperature, Tensor sums) override;
+  void draw(const Tensor& x, float temperature, const Tensor& uniforms, Ids index) override;
 
   // Windows of a key seen before are recorded as a CUDA graph and replayed (window_graphs.h).
   void begin_window(uint64_t key) override;

@@ -216,6 +216,22 @@ void CudaBackend::sampling_sums(const Tensor& x, float temperature, Tensor sums)
   detail::launch_sampling_sums(impl_->ctx, x, temperature, sums);
 }
 
+void CudaBackend::draw(const Tensor& x, float temperature, const Tensor& uniforms, Ids index) {
+  constexpr const char* op = "draw";
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  check_tensor(op, "x", x);
+  check_tensor(op, "uniforms", uniforms);
+  require(uniforms.rows == x.rows && uniforms.cols == 1, op, "x ", shape(x), " needs uniforms [", x.rows,
+          " x 1], got ", shape(uniforms));
+  require(index.rows == x.rows && index.cols == 1 && (index.data || x.rows == 0), op, "x ", shape(x),
+          " needs index [", x.rows, " x 1], got [", index.rows, " x ", index.cols, "]");
+  require(temperature > 0 && std::isfinite(temperature), op, "temperature must be > 0, got ", temperature);
+  require(x.cols <= detail::sampling_sums_max_cols(), op, "x ", shape(x), " has more than ",
+          detail::sampling_sums_max_cols(), " columns");
+  detail::launch_draw(impl_->ctx, x, temperature, uniforms, index.data);
+}
+
 ExpertTable& CudaBackend::Impl::expert_table(std::span<const ExpertWeights> experts) {
   std::vector<detail::ExpertEntry> host(experts.size());
   for (size_t e = 0; e < experts.size(); ++e) {

@@ -258,5 +258,9 @@ void launch_top_k(const DeviceContext& ctx, const Tensor& x, int64_t k, int32_t*
 // rows of at most sampling_sums_max_cols() columns (one shared float per chunk).
 int64_t sampling_sums_max_cols();
 void launch_sampling_sums(const DeviceContext& ctx, const Tensor& x, float temperature, Tensor sums);
+// index[r]: row r's plain temperature draw with uniforms[r] (cpu/ops_sampling_sums.h's rule), rows
+// of at most sampling_sums_max_cols() columns.
+void launch_draw(const DeviceContext& ctx, const Tensor& x, float temperature, const Tensor& uniforms,
+                 int32_t* index);
 
 }  // namespace strata::cuda::detail
