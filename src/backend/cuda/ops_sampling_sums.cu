@@ -1,8 +1,9 @@
 // Each row's softmax sum at a temperature on the device (Backend::sampling_sums; CPU reference:
 // cpu/ops_sampling_sums.cpp), what top-p sampling without top-k reads besides the row's
-// candidates, and each row's plain temperature draw (Backend::draw). One block per row: the row's largest value, then one thread per chunk of
-// kSumChunk columns adds its weights in column order, then one thread adds the chunks' sums in
-// order: the reference's order, with sampling_weight.h's operations, so the sum is its bits.
+// candidates, and each row's plain temperature draw (Backend::draw). One block per row: the row's
+// largest value, then one thread per chunk of kSumChunk columns adds its weights in column order,
+// then one thread adds the chunks' sums in order (or picks the draw's chunk and column): the
+// reference's order, with sampling_weight.h's operations, so the results are its bits.
 #include <cmath>
 #include <cstdint>
 
