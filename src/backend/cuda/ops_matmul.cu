@@ -55,16 +55,17 @@ struct RowMatrices {
   int64_t rows;  // of all of them
 };
 
-// Warp (blockIdx.x, warp) takes launch rows o; blockIdx.y a pass of kActsPerPass activation rows.
+// Warp (blockIdx.x, warp) takes launch rows o; blockIdx.y a pass of per_pass (<= kActsPerPass)
+// activation rows.
 template <typename D>
 __global__ void __launch_bounds__(kThreads)
     matmul_kernel(const RowMatrices m, int groups, const float* __restrict__ act,
-                  int64_t act_stride, int64_t n_act, DecodeTables tables) {
+                  int64_t act_stride, int64_t n_act, int per_pass, DecodeTables tables) {
   await_previous_kernel();
-  const int64_t passes = (n_act + kActsPerPass - 1) / kActsPerPass;
+  const int64_t passes = (n_act + per_pass - 1) / per_pass;
   for (int64_t pass = blockIdx.y; pass < passes; pass += gridDim.y) {
-    const int64_t first = pass * kActsPerPass;
-    const int n = int(n_act - first < kActsPerPass ? n_act - first : kActsPerPass);
+    const int64_t first = pass * per_pass;
+    const int n = int(n_act - first < per_pass ? n_act - first : per_pass);
     for (int64_t o = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; o < m.rows;
          o += int64_t(gridDim.x) * kWarps) {
       RowMatrices::Matrix mi = m.at[0];  // (constant indices: the list stays in registers)
@@ -104,6 +105,18 @@ __global__ void get_rows_kernel(const uint8_t* __restrict__ table, size_t row_st
 #pragma unroll
     for (int i = 0; i < 8; ++i) out[i] = v[i];
   }
+}
+
+// Activation rows a warp takes per pass over its weight row. A pass decodes the row once for all
+// of them, but a small matrix (the router's 512 rows of 2048 floats) then leaves most of the GPU
+// idle with one long dependent walk per warp: below about one warp per SM scheduler slot
+// (32 an SM) the rows are split into more, shorter passes, each a warp of its own; the weights are
+// read again, from L2. Every activation's dot is the same chain either way.
+int acts_per_pass(int64_t rows, int64_t n_act, int sm_count) {
+  const int64_t target_warps = int64_t(sm_count > 0 ? sm_count : 1) * 32;
+  int per_pass = kActsPerPass;
+  while (per_pass > 1 && rows * ((n_act + per_pass - 1) / per_pass) < target_warps) per_pass /= 2;
+  return per_pass;
 }
 
 }  // namespace
@@ -155,10 +168,11 @@ void launch_matmuls(const DeviceContext& ctx, quant::Type t, std::span<const Mat
     const int64_t n_act = ms[0].y.rows;
     if (m.rows == 0 || n_act == 0) return;
     const int gx = grid_for(m.rows, kWarps, ctx.limits.max_blocks);
-    const int64_t passes = (n_act + kActsPerPass - 1) / kActsPerPass;
+    const int per_pass = acts_per_pass(m.rows, n_act, ctx.sm_count);
+    const int64_t passes = (n_act + per_pass - 1) / per_pass;
     const dim3 grid(unsigned(gx), unsigned(passes < 65535 ? passes : 65535));
     launch_kernel(matmul_kernel<D>, grid, kThreads, 0, ctx.stream, m, int(cols / 8), act,
-                  act_stride, n_act, ctx.tables);
+                  act_stride, n_act, per_pass, ctx.tables);
     STRATA_CUDA_CHECK_LAUNCH("matmul_kernel");
   });
   if (!known) fail("CUDA matmul: no decoder for weight type ", quant::type_name(t));
