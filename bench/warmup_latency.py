@@ -17,8 +17,10 @@ p.add_argument("model")
 p.add_argument("--idle", type=float, default=35.0)
 p.add_argument("--rounds", type=int, default=3)
 p.add_argument("--strata", default=os.environ.get("STRATA", os.path.join(root, "build", "strata")))
-p.add_argument("extra", nargs="*")
-a = p.parse_args()
+# (Everything after "--" goes to strata serve; a positional nargs="*" would be filled, empty, with
+# the model and leave those flags unrecognized.)
+a, extra = p.parse_known_args()
+a.extra = extra[1:] if extra[:1] == ["--"] else extra
 
 
 def free_port():

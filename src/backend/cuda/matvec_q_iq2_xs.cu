@@ -101,6 +101,43 @@ struct IQ2_XSKernel {
     n1 = g1 & sign_bytes(hi);
   }
 
+  // The lane's four groups (32 elements) of one row's block: their grid magnitudes and negative
+  // magnitudes (decode above) and the block's scale byte. qs_offset/shift: where the lane's four
+  // uint16 start in the row's chunk (step's alignment rule).
+  struct Groups {
+    uint32_t mag[4][2], neg_mag[4][2];
+    uint32_t scale_byte;
+  };
+  __device__ static Groups decode_groups(const uint8_t* row, int bi, int j, int qs_offset,
+                                         int shift, const uint32_t* table, int copy) {
+    Groups q;
+    const uint32_t w0 = ld_shared_u32(row + qs_offset), w1 = ld_shared_u32(row + qs_offset + 4);
+    const uint32_t w2 = ld_shared_u32(row + qs_offset + 8);
+    const uint32_t qa = __funnelshift_r(w0, w1, shift), qb = __funnelshift_r(w1, w2, shift);
+    q.scale_byte = row[kBytes * bi + 66 + j];
+    decode<false>(qa, table, copy, q.mag[0][0], q.mag[0][1], q.neg_mag[0][0], q.neg_mag[0][1]);
+    decode<true>(qa, table, copy, q.mag[1][0], q.mag[1][1], q.neg_mag[1][0], q.neg_mag[1][1]);
+    decode<false>(qb, table, copy, q.mag[2][0], q.mag[2][1], q.neg_mag[2][0], q.neg_mag[2][1]);
+    decode<true>(qb, table, copy, q.mag[3][0], q.mag[3][1], q.neg_mag[3][0], q.neg_mag[3][1]);
+    return q;
+  }
+
+  // The exact sum over the lane's 32 elements of (2 s_h + 1) grid sign a against activation codes
+  // x: sum sign*g*a = dp4a(g, a) - 2 dp4a(g & neg, a), separate sums per group keeping the dp4a
+  // dependency chains two deep.
+  __device__ static int lane_isum(const Groups& q, const uint32_t x[8]) {
+    int pos[4], neg[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      pos[i] = __dp4a(int(q.mag[i][0]), int(x[2 * i]), __dp4a(int(q.mag[i][1]), int(x[2 * i + 1]), 0));
+      neg[i] = __dp4a(int(q.neg_mag[i][0]), int(x[2 * i]),
+                      __dp4a(int(q.neg_mag[i][1]), int(x[2 * i + 1]), 0));
+    }
+    const int scale_lo = int(2 * (q.scale_byte & 15) + 1), scale_hi = int(2 * (q.scale_byte >> 4) + 1);
+    return ((pos[0] + pos[1]) - 2 * (neg[0] + neg[1])) * scale_lo +
+           ((pos[2] + pos[3]) - 2 * (neg[2] + neg[3])) * scale_hi;
+  }
+
   __device__ static void load_act(const uint8_t* q8, uint32_t x[8]) {
 #pragma unroll
     for (int k = 0; k < 8; ++k) x[k] = ld_shared_u32(q8 + 4 * k);
@@ -127,16 +164,8 @@ struct IQ2_XSKernel {
       int isum[T][R];
 #pragma unroll
       for (int rr = 0; rr < R; ++rr) {
-        const uint8_t* row = rows + rr * a.stage_row;
-        const uint32_t w0 = ld_shared_u32(row + qs_offset), w1 = ld_shared_u32(row + qs_offset + 4);
-        const uint32_t w2 = ld_shared_u32(row + qs_offset + 8);
-        const uint32_t qa = __funnelshift_r(w0, w1, shift), qb = __funnelshift_r(w1, w2, shift);
-        const uint32_t scale_byte = row[kBytes * bi + 66 + j];
-        uint32_t mag[4][2], neg_mag[4][2];
-        decode<false>(qa, table, copy, mag[0][0], mag[0][1], neg_mag[0][0], neg_mag[0][1]);
-        decode<true>(qa, table, copy, mag[1][0], mag[1][1], neg_mag[1][0], neg_mag[1][1]);
-        decode<false>(qb, table, copy, mag[2][0], mag[2][1], neg_mag[2][0], neg_mag[2][1]);
-        decode<true>(qb, table, copy, mag[3][0], mag[3][1], neg_mag[3][0], neg_mag[3][1]);
+        const Groups q =
+            decode_groups(rows + rr * a.stage_row, bi, j, qs_offset, shift, table, copy);
 #pragma unroll
         for (int tok = 0; tok < T; ++tok) {
           if (T > 1 && tok >= a.tokens) break;  // (uniform) a chunk of fewer pairs
@@ -147,19 +176,7 @@ struct IQ2_XSKernel {
           } else {
             load_act(act + tok * a.stage_act + act_offset, x);
           }
-          // Separate sums per group keep the dp4a dependency chains two deep.
-          int pos[4], neg[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            pos[i] =
-                __dp4a(int(mag[i][0]), int(x[2 * i]), __dp4a(int(mag[i][1]), int(x[2 * i + 1]), 0));
-            neg[i] = __dp4a(int(neg_mag[i][0]), int(x[2 * i]),
-                            __dp4a(int(neg_mag[i][1]), int(x[2 * i + 1]), 0));
-          }
-          const int scale_lo = int(2 * (scale_byte & 15) + 1),
-                    scale_hi = int(2 * (scale_byte >> 4) + 1);
-          isum[tok][rr] = ((pos[0] + pos[1]) - 2 * (neg[0] + neg[1])) * scale_lo +
-                          ((pos[2] + pos[3]) - 2 * (neg[2] + neg[3])) * scale_hi;
+          isum[tok][rr] = lane_isum(q, x);
         }
       }
       // Lane j of group g: block bi's exact sum for row j >> kRowShift, with its d_w * d_a.
@@ -218,28 +235,10 @@ struct IQ2_XSShortRowKernel : IQ2_XSKernel<8, 1, 1> {
     load_act(act + act_offset, x);
     int isum[kRowsPerHalf];
 #pragma unroll
-    for (int rr = 0; rr < kRowsPerHalf; ++rr) {
-      const uint8_t* row = rows + (kRowsPerHalf * half + rr) * a.stage_row;
-      const uint32_t w0 = ld_shared_u32(row + qs_offset), w1 = ld_shared_u32(row + qs_offset + 4);
-      const uint32_t w2 = ld_shared_u32(row + qs_offset + 8);
-      const uint32_t qa = __funnelshift_r(w0, w1, shift), qb = __funnelshift_r(w1, w2, shift);
-      const uint32_t scale_byte = row[kBytes * bi + 66 + j];
-      uint32_t mag[4][2], neg_mag[4][2];
-      decode<false>(qa, table, 0, mag[0][0], mag[0][1], neg_mag[0][0], neg_mag[0][1]);
-      decode<true>(qa, table, 0, mag[1][0], mag[1][1], neg_mag[1][0], neg_mag[1][1]);
-      decode<false>(qb, table, 0, mag[2][0], mag[2][1], neg_mag[2][0], neg_mag[2][1]);
-      decode<true>(qb, table, 0, mag[3][0], mag[3][1], neg_mag[3][0], neg_mag[3][1]);
-      int pos[4], neg[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        pos[i] = __dp4a(int(mag[i][0]), int(x[2 * i]), __dp4a(int(mag[i][1]), int(x[2 * i + 1]), 0));
-        neg[i] = __dp4a(int(neg_mag[i][0]), int(x[2 * i]),
-                        __dp4a(int(neg_mag[i][1]), int(x[2 * i + 1]), 0));
-      }
-      const int scale_lo = int(2 * (scale_byte & 15) + 1), scale_hi = int(2 * (scale_byte >> 4) + 1);
-      isum[rr] = ((pos[0] + pos[1]) - 2 * (neg[0] + neg[1])) * scale_lo +
-                 ((pos[2] + pos[3]) - 2 * (neg[2] + neg[3])) * scale_hi;
-    }
+    for (int rr = 0; rr < kRowsPerHalf; ++rr)
+      isum[rr] = lane_isum(decode_groups(rows + (kRowsPerHalf * half + rr) * a.stage_row, bi, j,
+                                         qs_offset, shift, table, 0),
+                           x);
     const uint8_t* own_row = rows + (kRowsPerHalf * half + (j >> 1)) * a.stage_row;
     const float dw = half_bits_to_float(*reinterpret_cast<const uint16_t*>(own_row + kBytes * bi));
     const float block_sum = __int2float_rn(reduce_scatter8<kRowsPerHalf>(isum, j));
