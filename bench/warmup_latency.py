@@ -38,7 +38,11 @@ def first_token_ms(port):
     r = c.getresponse()
     for line in r:
         line = line.decode().strip()
-        if line.startswith("data:") and '"content"' in line:
+        if not line.startswith("data:") or line == "data: [DONE]":
+            continue
+        # (The first chunk carries the role and an empty content: the token comes after it.)
+        choices = json.loads(line[5:]).get("choices") or [{}]
+        if choices[0].get("delta", {}).get("content"):
             ms = (time.perf_counter() - start) * 1e3
             r.read()
             c.close()

@@ -142,18 +142,25 @@ TEST(ServeStartup, LoopbackHostsAndTheWarning) {
   EXPECT_EQ(startup_warning(o), "");
 }
 
-// --parallel defaults by device (4 on CUDA, 1 on the CPU) and the start-up says what it is.
-TEST_F(ServeProcess, PrintsTheSequencesPerWindowAtStartup) {
+// --parallel and --warmup-after default by device (4 and never on CUDA, 1 and 30 s on the CPU),
+// and the start-up says what they are.
+TEST_F(ServeProcess, PrintsTheSequencesPerWindowAndTheWarmUpAtStartup) {
   EXPECT_EQ(default_parallel("cuda"), 4u);
   EXPECT_EQ(default_parallel("cpu"), 1u);
+  EXPECT_EQ(default_warmup_after("cuda"), 0.0);
+  EXPECT_EQ(default_warmup_after("cpu"), 30.0);
   ASSERT_TRUE(spawn()) << log_;
   EXPECT_NE(log_.find("strata: 1 sequence per window (--parallel, the default on this device)"), std::string::npos)
+      << log_;
+  EXPECT_NE(log_.find("strata: a warm-up window after 30 s idle (--warmup-after, the default on this device)"),
+            std::string::npos)
       << log_;
   ASSERT_EQ(::kill(pid_, SIGTERM), 0);
   EXPECT_EQ(wait_exit(), 0) << log_;
   log_.clear();
-  ASSERT_TRUE(spawn("--parallel 3")) << log_;
+  ASSERT_TRUE(spawn("--parallel 3 --warmup-after 0")) << log_;
   EXPECT_NE(log_.find("strata: 3 sequences per window (--parallel)\n"), std::string::npos) << log_;
+  EXPECT_NE(log_.find("strata: no warm-up window after idle (--warmup-after 0)\n"), std::string::npos) << log_;
 }
 
 TEST_F(ServeProcess, ATakenPortIsAClearError) {

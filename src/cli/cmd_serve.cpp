@@ -32,6 +32,7 @@ struct ServeOptions {
   SpecFlags spec;
   server::ServerOptions server;
   std::optional<size_t> parallel;  // --parallel; unset: server::default_parallel for the device
+  std::optional<double> warmup_after;  // --warmup-after; unset: server::default_warmup_after
 };
 
 // Blocks SIGTERM, SIGINT, SIGUSR1 and SIGPIPE in this thread and every thread it starts later,
@@ -69,6 +70,8 @@ void run_serve(const ServeOptions& o) {
   const bool spec_asked = o.spec.mode != "auto" && o.spec.mode != "off";
   so.generation.parallel =
       o.parallel.value_or(spec_asked ? 1 : server::default_parallel(model.model().backend().name()));
+  so.generation.warmup_after_s =
+      o.warmup_after.value_or(server::default_warmup_after(model.model().backend().name()));
   so.generation.spec = spec_options(o.spec);
   // Speculative windows are not shared between sequences yet: the default (auto) is off with
   // --parallel above 1; an explicit mode there is an error (server::Server says so).
@@ -94,6 +97,12 @@ void run_serve(const ServeOptions& o) {
   });
   std::fprintf(stderr, "strata: %zu sequence%s per window (--parallel%s)\n", so.generation.parallel,
                so.generation.parallel == 1 ? "" : "s", o.parallel ? "" : ", the default on this device");
+  const char* warmup_default = o.warmup_after ? "" : ", the default on this device";
+  if (so.generation.warmup_after_s > 0)
+    std::fprintf(stderr, "strata: a warm-up window after %g s idle (--warmup-after%s)\n",
+                 so.generation.warmup_after_s, warmup_default);
+  else
+    std::fprintf(stderr, "strata: no warm-up window after idle (--warmup-after 0%s)\n", warmup_default);
   std::fprintf(stderr,
                "strata: serving %s as '%s' on http://%s:%d (chat page at /, API under /v1)\n",
                o.load.path.c_str(), srv.model_id().c_str(), o.server.host.c_str(), port);
@@ -156,9 +165,9 @@ void add_serve_command(CLI::App& app) {
                   "Seconds a client has to send a whole request (line, headers, body); past it, 408")
       ->capture_default_str()
       ->group(kNetwork);
-  cmd->add_option("--warmup-after", g.warmup_after_s,
-                  "Seconds idle after which a request is preceded by a one-token warm-up window (0: never)")
-      ->capture_default_str()
+  cmd->add_option("--warmup-after", opts->warmup_after,
+                  "Seconds idle after which a request is preceded by a one-token warm-up window "
+                  "(0: never; default: 30 on the CPU, 0 on CUDA, where it measured slower)")
       ->check(CLI::NonNegativeNumber)
       ->group(kRequests);
   cmd->add_option("--batch", g.batch, "Prompt rows per window (with --parallel: beside the decode rows)")

@@ -79,6 +79,8 @@ Json model_object(const std::string& id, int64_t created) {
 
 size_t default_parallel(std::string_view backend_name) { return backend_name == "cuda" ? 4 : 1; }
 
+double default_warmup_after(std::string_view backend_name) { return backend_name == "cuda" ? 0 : 30; }
+
 Server::Server(decode::LoadedModel& model, ServerOptions options)
     : model_(model), options_(std::move(options)) {
   auto& gen = options_.generation;

@@ -40,6 +40,10 @@ std::string startup_warning(const ServerOptions& options);
 // where a decode window of one row leaves most of the device idle; 1 on the CPU, where each
 // sequence's attention and DeltaNet rows cost about what they cost alone.
 size_t default_parallel(std::string_view backend_name);
+// --warmup-after when none is given: 30 s on the CPU, where an idle machine's cold pages, caches
+// and thread pool cost a request more than a one-token window does; 0 (never) on CUDA, where the
+// window itself cost the request's first token more than it saved (docs/PERFORMANCE.md).
+double default_warmup_after(std::string_view backend_name);
 
 class Server {
  public:
