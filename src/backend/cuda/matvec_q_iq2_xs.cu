@@ -129,11 +129,13 @@ struct IQ2_XSKernel {
     int pos[4], neg[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      pos[i] = __dp4a(int(q.mag[i][0]), int(x[2 * i]), __dp4a(int(q.mag[i][1]), int(x[2 * i + 1]), 0));
+      pos[i] =
+          __dp4a(int(q.mag[i][0]), int(x[2 * i]), __dp4a(int(q.mag[i][1]), int(x[2 * i + 1]), 0));
       neg[i] = __dp4a(int(q.neg_mag[i][0]), int(x[2 * i]),
                       __dp4a(int(q.neg_mag[i][1]), int(x[2 * i + 1]), 0));
     }
-    const int scale_lo = int(2 * (q.scale_byte & 15) + 1), scale_hi = int(2 * (q.scale_byte >> 4) + 1);
+    const int scale_lo = int(2 * (q.scale_byte & 15) + 1),
+              scale_hi = int(2 * (q.scale_byte >> 4) + 1);
     return ((pos[0] + pos[1]) - 2 * (neg[0] + neg[1])) * scale_lo +
            ((pos[2] + pos[3]) - 2 * (neg[2] + neg[3])) * scale_hi;
   }
