@@ -1,0 +1,55 @@
+#include "cli/ple_flags.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "gguf/gguf.h"
+#include "util/error.h"
+
+namespace strata::cli {
+
+void add_ple_flags(CLI::App* cmd, PleFlags& flags) {
+  cmd->add_option("--ple-prefetch", flags.prefetch,
+                  "qwen4exp: issue the reads of a window's PLE n-gram rows before layer 0 (on|off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_flag("--ple-cold", flags.cold,
+                "qwen4exp: drop the PLE n-gram tables from the page cache first, so every row is read "
+                "from the disk (a table far larger than RAM)");
+}
+
+void apply_ple_flags(const PleFlags& flags, model::Model& m) {
+  m.set_ple_prefetch(flags.prefetch == "on");
+  if (!flags.cold) return;
+  const model::ModelConfig& c = m.config();
+  if (!c.has_ple()) fail("--ple-cold: ", m.reader().path(), " has no PLE n-gram tables");
+  const gguf::Reader& r = m.reader();
+  const int fd = ::open(r.path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("--ple-cold: cannot open ", r.path(), ": ", std::strerror(errno));
+  // POSIX_FADV_DONTNEED drops the cached pages no process maps; this process has not touched the
+  // tables yet (get_rows is the only reader), so all of their pages go.
+  for (size_t k = 0; k < c.ple_tables.size(); ++k) {
+    const gguf::TensorInfo& t = r.tensor(c.ple_table_name(int64_t(k)));
+    const int err = ::posix_fadvise(fd, off_t(r.data_offset() + t.offset), off_t(t.nbytes), POSIX_FADV_DONTNEED);
+    if (err != 0) {
+      ::close(fd);
+      fail("--ple-cold: cannot drop ", t.name, " of ", r.path(), " from the page cache: ", std::strerror(err));
+    }
+  }
+  ::close(fd);
+}
+
+nlohmann::ordered_json ple_json(const PleFlags& flags, int64_t tokens,
+                                const model::PleCounters& before, const model::PleCounters& after) {
+  const double per_token = tokens > 0 ? 1.0 / double(tokens) : 0.0;
+  return {{"prefetch", flags.prefetch},
+          {"cold", flags.cold},
+          {"rows_per_token", double(after.rows - before.rows) * per_token},
+          {"issue_ms_per_token", (after.issue_seconds - before.issue_seconds) * 1e3 * per_token},
+          {"gather_ms_per_token", (after.gather_seconds - before.gather_seconds) * 1e3 * per_token}};
+}
+
+}  // namespace strata::cli
