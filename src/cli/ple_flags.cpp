@@ -1,9 +1,11 @@
 #include "cli/ple_flags.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "gguf/gguf.h"
@@ -17,8 +19,8 @@ void add_ple_flags(CLI::App* cmd, PleFlags& flags) {
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_flag("--ple-cold", flags.cold,
-                "qwen4exp: drop the PLE n-gram tables from the page cache first, so every row is read "
-                "from the disk (a table far larger than RAM)");
+                "qwen4exp: drop the PLE n-gram tables from the page cache and turn off read-around on "
+                "them, so every row is read from the disk (a table far larger than RAM)");
 }
 
 void apply_ple_flags(const PleFlags& flags, model::Model& m) {
@@ -40,6 +42,18 @@ void apply_ple_flags(const PleFlags& flags, model::Model& m) {
     }
   }
   ::close(fd);
+  // Keep them cold: without this, a row's fault also reads its neighbours in (the kernel's
+  // read-around, up to read_ahead_kb around every fault: 8 MiB on some machines), and within a
+  // run much of a table that fits in RAM ends up cached, which a table far larger than RAM would
+  // not give.
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  for (size_t k = 0; k < c.ple_tables.size(); ++k) {
+    const gguf::TensorInfo& t = r.tensor(c.ple_table_name(int64_t(k)));
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data) / page * page;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(t.data) + t.nbytes + page - 1) / page * page;
+    if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_RANDOM) != 0)
+      fail("--ple-cold: cannot advise random access on ", t.name, " of ", r.path(), ": ", std::strerror(errno));
+  }
 }
 
 nlohmann::ordered_json ple_json(const PleFlags& flags, int64_t tokens,

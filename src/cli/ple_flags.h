@@ -21,8 +21,9 @@ struct PleFlags {
 void add_ple_flags(CLI::App* cmd, PleFlags& flags);
 
 // Sets the model's PLE prefetch, and with --ple-cold drops the n-gram tables' pages from the page
-// cache, so that every row the run gathers comes from the disk, as with a table far larger than
-// RAM. Throws strata::Error for --ple-cold on a model without PLE or a file it cannot advise.
+// cache and turns off the kernel's read-around on them, so that every row the run gathers comes
+// from the disk, as with a table far larger than RAM. Throws strata::Error for --ple-cold on a
+// model without PLE or a file it cannot advise.
 void apply_ple_flags(const PleFlags& flags, model::Model& m);
 
 // The flags and the PLE row reads between two readings of the counters, per token.
