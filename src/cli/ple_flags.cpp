@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "gguf/gguf.h"
 #include "util/error.h"
@@ -27,33 +28,29 @@ void apply_ple_flags(const PleFlags& flags, model::Model& m) {
   m.set_ple_prefetch(flags.prefetch == "on");
   if (!flags.cold) return;
   const model::ModelConfig& c = m.config();
-  if (!c.has_ple()) fail("--ple-cold: ", m.reader().path(), " has no PLE n-gram tables");
   const gguf::Reader& r = m.reader();
+  if (!c.has_ple()) fail("--ple-cold: ", r.path(), " has no PLE n-gram tables");
   const int fd = ::open(r.path().c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("--ple-cold: cannot open ", r.path(), ": ", std::strerror(errno));
-  // POSIX_FADV_DONTNEED drops the cached pages no process maps; this process has not touched the
-  // tables yet (get_rows is the only reader), so all of their pages go.
-  for (size_t k = 0; k < c.ple_tables.size(); ++k) {
-    const gguf::TensorInfo& t = r.tensor(c.ple_table_name(int64_t(k)));
-    const int err = ::posix_fadvise(fd, off_t(r.data_offset() + t.offset), off_t(t.nbytes), POSIX_FADV_DONTNEED);
-    if (err != 0) {
-      ::close(fd);
-      fail("--ple-cold: cannot drop ", t.name, " of ", r.path(), " from the page cache: ", std::strerror(err));
-    }
-  }
-  ::close(fd);
-  // Keep them cold: without this, a row's fault also reads its neighbours in (the kernel's
-  // read-around, up to read_ahead_kb around every fault: 8 MiB on some machines), and within a
-  // run much of a table that fits in RAM ends up cached, which a table far larger than RAM would
-  // not give.
   const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
-  for (size_t k = 0; k < c.ple_tables.size(); ++k) {
+  std::string problem;
+  for (size_t k = 0; k < c.ple_tables.size() && problem.empty(); ++k) {
     const gguf::TensorInfo& t = r.tensor(c.ple_table_name(int64_t(k)));
+    // POSIX_FADV_DONTNEED drops the cached pages no process maps; on the CPU nothing has touched
+    // the table yet (the PLE gather is its only reader), so all of its pages go.
+    if (const int err = ::posix_fadvise(fd, off_t(r.data_offset() + t.offset), off_t(t.nbytes), POSIX_FADV_DONTNEED))
+      problem = cat("cannot drop ", t.name, " from the page cache: ", std::strerror(err));
+    // Keeps it cold: otherwise a row's fault also reads its neighbours in (the kernel's
+    // read-around, up to read_ahead_kb around every fault: 8 MiB on some machines), and within a
+    // run much of a table that fits in RAM ends up cached, which a table far larger than RAM
+    // would not give.
     const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data) / page * page;
     const uintptr_t end = (reinterpret_cast<uintptr_t>(t.data) + t.nbytes + page - 1) / page * page;
-    if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_RANDOM) != 0)
-      fail("--ple-cold: cannot advise random access on ", t.name, " of ", r.path(), ": ", std::strerror(errno));
+    if (problem.empty() && ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_RANDOM) != 0)
+      problem = cat("cannot advise random access on ", t.name, ": ", std::strerror(errno));
   }
+  ::close(fd);
+  if (!problem.empty()) fail("--ple-cold: ", r.path(), ": ", problem);
 }
 
 nlohmann::ordered_json ple_json(const PleFlags& flags, int64_t tokens,
