@@ -41,6 +41,10 @@ class BenchCommand : public ::testing::Test {
     o.output = dir_->file("packed.gguf");  // the same model, its experts in a pack
     o.pack = true;
     synth::run_synth(o);
+    o.arch = "qwen4exp";  // PLE: two n-gram tables of two heads each
+    o.output = dir_->file("qwen4exp.gguf");
+    o.pack = false;
+    synth::run_synth(o);
   }
   static void TearDownTestSuite() { delete dir_; }
 
@@ -127,6 +131,30 @@ TEST_F(BenchCommand, EachPhaseCountsItsOwnExpertLookups) {
   EXPECT_EQ(lookups(alone["decode"]), 0u);
   // Each one-token window looks up its distinct routed experts: as many as a prompt token's.
   EXPECT_EQ(lookups(with_decode["decode"]) * 3, lookups(alone["prefill"]) * 4);
+}
+
+// The PLE row reads per phase (docs/PERFORMANCE.md, "PLE rows issued early"), with the early
+// issue on and off, from a cold page cache.
+TEST_F(BenchCommand, ReportsThePleRowReads) {
+  for (const std::string prefetch : {"on", "off"}) {
+    SCOPED_TRACE(prefetch);
+    const Output o = run("qwen4exp.gguf", "--prompt-tokens 3 --gen-tokens 2 --threads 1 --ple-cold --ple-prefetch " + prefetch);
+    ASSERT_EQ(o.rc, 0) << o.err;
+    const auto j = nlohmann::json::parse(o.out);
+    for (const char* phase : {"prefill", "decode"}) {
+      const auto& ple = j.at(phase).at("ple");
+      EXPECT_EQ(ple.at("prefetch").get<std::string>(), prefetch);
+      EXPECT_TRUE(ple.at("cold").get<bool>());
+      EXPECT_EQ(ple.at("rows_per_token").get<double>(), 4.0);
+      EXPECT_GE(ple.at("gather_ms_per_token").get<double>(), 0.0);
+      EXPECT_EQ(ple.at("issue_ms_per_token").get<double>() > 0.0, prefetch == "on");
+    }
+  }
+  const Output no_ple = bench("--ple-cold");
+  EXPECT_EQ(no_ple.rc, 1);
+  EXPECT_NE(no_ple.err.find("has no PLE n-gram tables"), std::string::npos) << no_ple.err;
+  EXPECT_NE(bench("--ple-prefetch maybe").rc, 0);
+  EXPECT_FALSE(nlohmann::json::parse(bench("").out).at("decode").contains("ple"));
 }
 
 }  // namespace

@@ -230,6 +230,12 @@ class Backend {
 
   // y[r] = dequantized table row ids[r] (ids: y.rows values, in row-major order).
   virtual void get_rows(const Weight& table, const Ids& ids, Tensor y) = 0;
+  // A hint that get_rows will soon read rows `ids` (host values) of `table`. Where the table is a
+  // file mapping (the CPU's qwen4exp n-gram tables, far larger than RAM) the backend starts
+  // reading those rows from the disk now, all at once, so that the gather finds them in memory
+  // instead of faulting them in one synchronous read after another. Changes no result, and may
+  // do nothing (the default: a table in device memory is resident already).
+  virtual void prefetch_rows(const Weight& /*table*/, std::span<const int32_t> /*ids*/) {}
   // y = x W^T: y[r, o] = W[o, :] . x[r, :].
   virtual void matmul(const Weight& w, const Tensor& x, Tensor y) = 0;
   // ys[i] = x ws[i]^T for each i: the matmuls of one x, which a backend may run as one launch

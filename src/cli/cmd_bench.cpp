@@ -20,6 +20,7 @@
 #include "cli/device_flag.h"
 #include "cli/sampling_flags.h"
 #include "cli/expert_flags.h"
+#include "cli/ple_flags.h"
 #include "cli/route_flags.h"
 #include "cli/spec_flags.h"
 #include "decode/generate.h"
@@ -38,6 +39,7 @@ namespace {
 struct BenchOptions {
   std::string model;
   ExpertFlags experts;
+  PleFlags ple;
   int64_t prompt_tokens = 512;
   int64_t gen_tokens = 64;
   int64_t batch = 512;
@@ -230,6 +232,7 @@ void run_continue(const BenchOptions& o) {
   RouteFlags route = o.route;
   route.no_history = true;
   install_routing(m, route, o.experts.pack);
+  apply_ple_flags(o.ple, m);
   spec::Options so = spec_options(o.spec);
   so.knob_seed = o.seed;
   decode::Session session(m, lm.tokenizer(), {.n_ctx = ctx, .spec = so});
@@ -282,6 +285,7 @@ void run_parallel(const BenchOptions& o) {
   RouteFlags route = o.route;
   route.no_history = true;
   install_routing(m, route, o.experts.pack);
+  apply_ple_flags(o.ple, m);
   const auto* streaming = dynamic_cast<const experts::StreamingSource*>(&m.expert_source());
   const uint64_t slot_bytes = streaming ? streaming->arena().slot_bytes() : 0;
   std::mt19937_64 rng(o.seed);
@@ -296,6 +300,7 @@ void run_parallel(const BenchOptions& o) {
   const auto seconds_since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   const auto start = m.expert_stats();
   const backend::BackendCounters counters_start = m.backend().counters();
+  const model::PleCounters ple_start = m.ple_counters();
   const util::RunSample run_start = util::sample_run();
   auto t0 = Clock::now();
   for (size_t s = 0; s < tokens.size(); ++s)
@@ -305,6 +310,7 @@ void run_parallel(const BenchOptions& o) {
   const double prefill_s = seconds_since(t0);
   const auto after_prefill = m.expert_stats();
   const backend::BackendCounters counters_prefill = m.backend().counters();
+  const model::PleCounters ple_prefill = m.ple_counters();
   const util::RunSample run_prefill = util::sample_run();
   t0 = Clock::now();
   std::vector<model::Model::SequenceRows> rows(tokens.size());
@@ -337,6 +343,10 @@ void run_parallel(const BenchOptions& o) {
     j["prefill"]["backend"] = backend_json(o.prompt_tokens * o.parallel, counters_start, counters_prefill);
     j["decode"]["backend"] = backend_json(o.gen_tokens * o.parallel, counters_prefill, counters_decode);
   }
+  if (m.config().has_ple()) {  // what its n-gram row reads cost
+    j["prefill"]["ple"] = ple_json(o.ple, o.prompt_tokens * o.parallel, ple_start, ple_prefill);
+    j["decode"]["ple"] = ple_json(o.ple, o.gen_tokens * o.parallel, ple_prefill, m.ple_counters());
+  }
   j["decode"]["windows"] = o.gen_tokens;
   j["decode"]["tok_per_s_per_sequence"] = decode_s > 0 ? double(o.gen_tokens) / decode_s : 0.0;
   j["rss"] = {{"vm_hwm_bytes", proc_status_bytes("VmHWM")},
@@ -361,6 +371,7 @@ void run_bench(const BenchOptions& o) {
   RouteFlags route = o.route;
   route.no_history = true;  // a benchmark must not depend on, nor change, earlier runs
   install_routing(m, route, o.experts.pack);
+  apply_ple_flags(o.ple, m);
   const auto* streaming = dynamic_cast<const experts::StreamingSource*>(&m.expert_source());
   const uint64_t slot_bytes = streaming ? streaming->arena().slot_bytes() : 0;
 
@@ -376,6 +387,7 @@ void run_bench(const BenchOptions& o) {
   model::State state = m.new_state(ctx);
   const auto start = m.expert_stats();
   const backend::BackendCounters counters_start = m.backend().counters();
+  const model::PleCounters ple_start = m.ple_counters();
   const util::RunSample run_start = util::sample_run();
   auto t0 = Clock::now();
   for (int64_t i = 0; i < o.prompt_tokens; i += o.batch) {
@@ -385,6 +397,7 @@ void run_bench(const BenchOptions& o) {
   const double prefill_s = seconds_since(t0);
   const auto after_prefill = m.expert_stats();
   const backend::BackendCounters counters_prefill = m.backend().counters();
+  const model::PleCounters ple_prefill = m.ple_counters();
   const util::RunSample run_prefill = util::sample_run();
   t0 = Clock::now();
   for (int64_t i = o.prompt_tokens; i < ctx; ++i)
@@ -411,6 +424,10 @@ void run_bench(const BenchOptions& o) {
   j["decode"] = phase_json(o.gen_tokens, decode_s, decode_cache, slot_bytes);
   j["decode"]["accounting"] = accounting_json(o.gen_tokens, decode_s, run_decode.since(run_prefill),
                                               decode_cache ? decode_cache->stall_seconds : 0.0);
+  if (m.config().has_ple()) {  // what its n-gram row reads cost
+    j["prefill"]["ple"] = ple_json(o.ple, o.prompt_tokens, ple_start, ple_prefill);
+    j["decode"]["ple"] = ple_json(o.ple, o.gen_tokens, ple_prefill, m.ple_counters());
+  }
   if (std::string_view(m.backend().name()) != "cpu") {  // the CPU backend runs no graphs
     j["prefill"]["backend"] = backend_json(o.prompt_tokens, counters_start, counters_prefill);
     j["decode"]["backend"] = backend_json(o.gen_tokens, counters_prefill, counters_decode);
@@ -441,6 +458,7 @@ void add_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode speed with the expert cache, as JSON");
   cmd->add_option("-m,--model", o->model, "GGUF model")->required();
   add_expert_flags(cmd, o->experts);
+  add_ple_flags(cmd, o->ple);
   cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prefill tokens")->capture_default_str();
   cmd->add_option("--gen-tokens", o->gen_tokens, "Decode steps, one token each")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Rows per prefill window")->capture_default_str();

@@ -66,6 +66,10 @@ struct Window {
   backend::Ids positions = {};  // pos in backend memory, [T, 1], uploaded once per window
   Journal* journal = nullptr;     // a speculative window: what a rollback needs (journal.h)
   std::vector<WindowSequence> sequences{};  // empty: one sequence, `state`
+  // qwen4exp: per PLE table, the rows' n-gram ids [T, ple_heads()], hashed before layer 0
+  // (ple_start_window) so that the reads of every PLE layer's rows go out before the first runs.
+  std::vector<std::vector<int32_t>> ple_ids{};
+  PleCounters* ple_counters = nullptr;  // the model's; null: not counted
 
   // Hands t to the dump callback as "name-il" (il < 0: "name"), when one is set.
   void dump(const char* name, int64_t il, const Tensor& t);

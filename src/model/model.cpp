@@ -75,6 +75,8 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
   w.route = route_.get();
   w.journal = extras.journal;
+  w.ple_counters = &ple_counters_;
+  if (c.has_ple()) ple_start_window(w, ple_prefetch_);  // first, so the rows' reads overlap the most
   if (w.journal) w.journal->begin(state, tokens);
   for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
   Scratch keep(backend_);
@@ -168,6 +170,8 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
            Scratch(backend_)};
   w.route = route_.get();
   w.sequences = parts;
+  w.ple_counters = &ple_counters_;
+  if (c.has_ple()) ple_start_window(w, ple_prefetch_);  // first, so the rows' reads overlap the most
   Scratch keep(backend_);
   w.positions = keep.ids(w.pos, T, 1);
   const backend::Ids token_ids = keep.ids(tokens, T, 1);

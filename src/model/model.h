@@ -34,6 +34,13 @@ using DumpFn =
 class RouteControl;
 class Journal;
 
+// qwen4exp's PLE row reads so far (strata bench reports them per token).
+struct PleCounters {
+  uint64_t rows = 0;           // n-gram table rows the PLE layers gathered
+  double issue_seconds = 0;    // issuing their reads before layer 0 (Backend::prefetch_rows)
+  double gather_seconds = 0;   // the PLE layers' gathers: on the CPU, the wait for rows not yet read
+};
+
 // A window's top-k candidates per logits row, in the sampler's order, and where asked each row's
 // softmax sum; or, for plain temperature sampling, each row's drawn token.
 struct TopLogits {
@@ -131,6 +138,12 @@ class Model {
   // forward(), naming the sequence, and for a state given twice.
   std::vector<std::vector<float>> forward_batch(std::span<const SequenceRows> sequences);
 
+  // qwen4exp: whether a window issues the reads of its PLE rows before layer 0 (true, the
+  // default) or leaves each PLE layer to fault its rows in one after another (false: what the
+  // early issue saves is measured against it). Changes no result.
+  void set_ple_prefetch(bool on) { ple_prefetch_ = on; }
+  const PleCounters& ple_counters() const { return ple_counters_; }
+
   // Called with every named activation of later forward() calls; empty = none (the default).
   void set_dump(DumpFn dump) { dump_ = std::move(dump); }
 
@@ -161,6 +174,8 @@ class Model {
   std::unique_ptr<experts::ExpertSource> experts_;
   std::string experts_description_;
   bool renormalize_topk_ = true;
+  bool ple_prefetch_ = true;
+  PleCounters ple_counters_;
   DumpFn dump_;
   std::unique_ptr<RouteControl> route_;
 };

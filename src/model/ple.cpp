@@ -3,9 +3,11 @@
 // ~51B parameters and is never loaded whole); they are projected to one value and one key per
 // stream, the keys gate the value into each stream, and a dilated causal conv adds context.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "model/qwen4exp.h"
+#include "util/error.h"
 
 namespace strata::model {
 
@@ -47,6 +49,35 @@ void ple_advance_history(std::vector<int32_t>& history, std::span<const int32_t>
   std::copy(seq.end() - std::ptrdiff_t(history.size()), seq.end(), history.begin());
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+void ple_start_window(Window& w, bool prefetch) {
+  const ModelConfig& c = w.c;
+  const size_t heads = size_t(c.ple_heads());
+  // Each sequence's rows hash with its own history; a window of one is its only sequence.
+  std::vector<WindowSequence> sequences = w.sequences;
+  if (sequences.empty()) sequences.push_back({0, w.T, &w.state});
+  w.ple_ids.assign(c.ple_tables.size(), std::vector<int32_t>(size_t(w.T) * heads));
+  const Clock::time_point start = Clock::now();
+  for (size_t k = 0; k < c.ple_tables.size(); ++k) {
+    for (const WindowSequence& s : sequences) {
+      const std::vector<int32_t> ids = ple_ngram_ids(c, int64_t(k), s.state->ple_history,
+                                                     w.tokens.subspan(size_t(s.first), size_t(s.rows)));
+      std::copy(ids.begin(), ids.end(), w.ple_ids[k].begin() + std::ptrdiff_t(size_t(s.first) * heads));
+    }
+    if (prefetch) w.be.prefetch_rows(w.w.ple_tables[k], w.ple_ids[k]);
+  }
+  if (prefetch && w.ple_counters) w.ple_counters->issue_seconds += seconds_since(start);
+}
+
 // Qwen4ExpTextPLELayer.forward
 Tensor ple_layer(Window& w, int64_t il, const Tensor& x) {
   const ModelConfig& c = w.c;
@@ -56,15 +87,23 @@ Tensor ple_layer(Window& w, int64_t il, const Tensor& x) {
   const int64_t k = c.ple_index(il), n = c.n_embd, hc = c.hc_count, heads = c.ple_heads(), hd = c.ple_head_dim();
 
   // embeddings = self.ple_embedding(input_ids): one table row per n-gram head, side by side.
-  // The ids are known from the window's tokens alone: hashed on the host, uploaded head-major.
-  const std::vector<int32_t> ids = ple_ngram_ids(c, k, w.state.ple_history, w.tokens);
+  // The ids are known from the window's tokens alone: hashed on the host before layer 0
+  // (ple_start_window), uploaded head-major.
+  if (size_t(k) >= w.ple_ids.size() || int64_t(w.ple_ids[size_t(k)].size()) != w.T * heads)
+    fail("internal error: PLE layer ", il, " runs in a window whose n-gram ids were not hashed");
+  const std::vector<int32_t>& ids = w.ple_ids[size_t(k)];
   std::vector<int32_t> head_major(ids.size());
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t t = 0; t < w.T; ++t) head_major[size_t(h * w.T + t)] = ids[size_t(t * heads + h)];
   const backend::Ids head_ids = w.tmp.ids(head_major, heads, w.T);
   Tensor emb = w.tmp(w.T, heads * hd);
+  const Clock::time_point gather_start = Clock::now();
   for (int64_t h = 0; h < heads; ++h)
     be.get_rows(w.w.ple_tables[size_t(k)], head_ids.rows_view(h, 1), emb.cols_view(h * hd, hd));
+  if (w.ple_counters) {
+    w.ple_counters->rows += ids.size();
+    w.ple_counters->gather_seconds += seconds_since(gather_start);
+  }
   Tensor key = w.tmp(w.T, c.hc_dim()), value = w.tmp(w.T, n);
   be.matmul(L.ple_key, emb, key);
   const Tensor key_normed = norm_streams(w, key, L.ple_norm_key);  // norm_key(key_proj(embeddings))

@@ -24,7 +24,15 @@ std::vector<int32_t> ple_ngram_ids(const ModelConfig& c, int64_t k, std::span<co
 // The history after the window: its last ngram_size - 1 tokens.
 void ple_advance_history(std::vector<int32_t>& history, std::span<const int32_t> tokens);
 
+// Before layer 0 of a window: hashes every PLE table's ids for the window's rows (each sequence's
+// rows with its own history) into w.ple_ids, and with `prefetch` hands them to
+// Backend::prefetch_rows, so that the rows of every PLE layer are being read while the layers
+// before it compute, and in parallel rather than one fault after another. The ids depend only on
+// the tokens and the history, so they are known before anything runs.
+void ple_start_window(Window& w, bool prefetch);
+
 // Qwen4ExpTextPLELayer.forward: x [T, hc_dim] are the streams; returns what is added to them.
+// Gathers the rows ple_start_window hashed.
 Tensor ple_layer(Window& w, int64_t il, const Tensor& x);
 
 // Qwen4ExpTextAttention.forward with its QSA indexer: x [T, n_embd] -> [T, n_embd].

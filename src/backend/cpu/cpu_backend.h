@@ -40,6 +40,8 @@ class CpuBackend : public Backend {
   Weight weight(const gguf::TensorInfo& tensor, int64_t slice = 0) override;
 
   void get_rows(const Weight& table, const Ids& ids, Tensor y) override;
+  // madvise(MADV_WILLNEED) on the pages of the rows (row_prefetch.cpp).
+  void prefetch_rows(const Weight& table, std::span<const int32_t> ids) override;
   void matmul(const Weight& w, const Tensor& x, Tensor y) override;
   void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) override;
   void l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) override;
