@@ -35,15 +35,7 @@ std::string synth_tiny(const TempDir& dir, const std::string& arch, const std::s
   return o.output;
 }
 
-std::vector<int32_t> some_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-  std::vector<int32_t> t;
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < n; ++i) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    t.push_back(int32_t(x % uint64_t(vocab)));
-  }
-  return t;
-}
+using strata::testing::some_tokens;
 
 std::vector<float> run_windows(Model& m, const std::vector<int32_t>& tokens,
                                const std::vector<int64_t>& sizes) {
