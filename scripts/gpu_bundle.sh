@@ -24,14 +24,14 @@ grep -q 'STRATA_HAVE_CUDA' "$build/build.ninja" ||
   { echo "gpu_bundle: $build has no CUDA backend (is nvcc installed?)" >&2; exit 1; }
 # The shared build gate where there is one (the development box), else a plain build.
 if [[ -x /work/bin/strata-build ]]; then
-  /work/bin/strata-build "$build" --target strata strata_tests
+  /work/bin/strata-build "$build" --target strata strata_tests strata_handshake_bench
 else
-  cmake --build "$build" --target strata strata_tests
+  cmake --build "$build" --target strata strata_tests strata_handshake_bench
 fi
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
-for exe in strata strata_tests; do
+for exe in strata strata_tests strata_handshake_bench; do
   cp "$build/$exe" "$bundle/bin/$exe"
   strip --strip-unneeded "$bundle/bin/$exe"
 done
