@@ -1,6 +1,6 @@
 // `strata bench` through the built binary on a tiny synthetic model: its JSON reports the CPU
 // threads the backend really runs (not 0 when --threads is left out) and the SIMD level the
-// kernels were chosen at, and a bad STRATA_ISA is a clear error.
+// kernels were chosen at, a bad STRATA_ISA is a clear error, and --continue-from runs.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -109,6 +109,46 @@ TEST_F(BenchCommand, BadIsaIsAnError) {
     EXPECT_EQ(above.rc, 1);
     EXPECT_NE(above.err.find("this CPU offers"), std::string::npos) << above.err;
   }
+}
+
+// Forced continuation (docs/SPECULATION.md): the text's tokens are the prompt and the output, on
+// the device asked for, with speculation drafting from them; a text too short or unreadable is a
+// clear error.
+TEST_F(BenchCommand, ContinuesFromAText) {
+  const std::string text = dir_->file("text.txt");
+  {
+    std::ofstream out(text);
+    for (int i = 0; i < 20; ++i) out << "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n";
+  }
+  for (const std::string spec : {"off", "suffix --spec-depth 2"}) {
+    SCOPED_TRACE(spec);
+    const Output o = run("tiny.gguf", "--prompt-tokens 40 --gen-tokens 30 --threads 1 --continue-from " + text +
+                                          " --spec " + spec);
+    ASSERT_EQ(o.rc, 0) << o.err;
+    const auto j = nlohmann::json::parse(o.out);
+    EXPECT_EQ(j.at("continue_from").get<std::string>(), text);
+    EXPECT_GE(j.at("text_tokens").get<int64_t>(), 70);
+    EXPECT_EQ(j.at("prefill").at("tokens").get<int64_t>(), 40);
+    EXPECT_EQ(j.at("decode").at("tokens").get<int64_t>(), 29) << "the first token comes from the prefill";
+    EXPECT_EQ(j.at("threads").get<int>(), 1);
+    if (spec == "off") {
+      EXPECT_EQ(j.at("decode").at("windows").get<int64_t>(), 29);
+      EXPECT_EQ(j.at("spec").at("mode").get<std::string>(), "off");
+    } else {
+      // The prompt holds a whole line of the text, which repeats: the suffix drafter's drafts
+      // are the forced tokens, so windows keep more than one token.
+      EXPECT_LT(j.at("decode").at("windows").get<int64_t>(), 20);
+    }
+  }
+  const Output short_text = run("tiny.gguf", "--prompt-tokens 40 --gen-tokens 1000 --continue-from " + text);
+  EXPECT_EQ(short_text.rc, 1);
+  EXPECT_NE(short_text.err.find("--continue-from: " + text + " has "), std::string::npos) << short_text.err;
+  EXPECT_NE(short_text.err.find("fewer than --prompt-tokens + --gen-tokens (1040)"), std::string::npos)
+      << short_text.err;
+  const Output missing = run("tiny.gguf", "--continue-from " + dir_->file("absent.txt"));
+  EXPECT_EQ(missing.rc, 1);
+  EXPECT_NE(missing.err.find("--continue-from: cannot read " + dir_->file("absent.txt")), std::string::npos)
+      << missing.err;
 }
 
 uint64_t lookups(const nlohmann::json& phase) {

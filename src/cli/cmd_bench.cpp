@@ -223,7 +223,8 @@ void run_continue(const BenchOptions& o) {
   if (!in) fail("--continue-from: cannot read ", o.continue_from);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const int64_t ctx = o.prompt_tokens + o.gen_tokens + spec::kMaxDepth + 1;
-  decode::LoadedModel lm({.path = o.model, .threads = o.threads, .ctx = ctx, .experts = source_options(o.experts)});
+  decode::LoadedModel lm({.path = o.model, .device = o.device, .threads = o.threads, .ctx = ctx,
+                          .experts = source_options(o.experts)});
   model::Model& m = lm.model();
   const std::vector<int32_t> tokens = lm.encode(text);
   if (int64_t(tokens.size()) < o.prompt_tokens + o.gen_tokens)
