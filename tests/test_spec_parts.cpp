@@ -132,6 +132,37 @@ TEST(SpecGate, WindowsCostingTheirRowsTurnDraftingOff) {
   EXPECT_LE(probes, 8);
 }
 
+// The drafts' own time is part of a window's cost: the MTP head drafts after the window (its
+// catch-up rows, then a step per draft), which can make drafting that pays on the window's rows
+// alone slower than plain decoding (12-layer cut on the CPU, docs/PERFORMANCE.md), and probing it
+// rarer.
+TEST(SpecGate, DraftingTimeCountsInTheCost) {
+  SpecGate g({.max_depth = 2});
+  for (int i = 0; i < 3; ++i) {
+    g.window_done(1, 0.010);
+    g.window_done(2, 0.015);
+    g.window_done(3, 0.020);
+  }
+  for (int i = 0; i < 16; ++i) g.verified(Source::Mtp, 2, i % 7 == 0 ? 0 : 2);
+  EXPECT_GT(g.best_value(Source::Mtp, 2), 1.1) << "on the window's rows alone drafting pays";
+  for (int i = 0; i < 8; ++i) g.drafted(Source::Mtp, 2, 0.008, 0.004);  // d = 4 ms, c = 4 ms
+  EXPECT_LT(g.value(Source::Mtp, 1), 1.0);
+  EXPECT_LT(g.value(Source::Mtp, 2), 1.0);
+  EXPECT_EQ(g.best_value(Source::Mtp, 2), 1.0);
+  // A probe of one draft would cost (T(2) + c + d) / T(1) - 1 = 1.3 T(1): at most 1% of the time
+  // is every 130th pick.
+  int probes = 0;
+  for (int i = 1; i <= 400; ++i) {
+    const Pick p = g.pick(Source::Mtp, 2);
+    EXPECT_TRUE(p.depth == 0 || p.probe) << "pick " << i;
+    if (p.probe) {
+      ++probes;
+      EXPECT_EQ(i % 130, 0) << "pick " << i;
+    }
+  }
+  EXPECT_EQ(probes, 3);
+}
+
 TEST(SpecGate, DepthFollowsTheCostCurve) {
   // T(2) is cheap, deeper windows are expensive (an expert union past the cache): depth 1.
   SpecGate g({.max_depth = 4});

@@ -1,6 +1,7 @@
 #include "spec/spec_gate.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "util/error.h"
 
@@ -13,6 +14,8 @@ constexpr int64_t kAcceptanceMemory = 16;
 constexpr double kPriorWeight = 2;
 constexpr int64_t kTimeMemory = 8;
 constexpr int64_t kProbeEvery = 16, kProbeEveryUnmeasured = 4, kProbeEveryHopeless = 64, kWellMeasured = 3;
+// The share of decode time that probes of windows which cannot pay may cost.
+constexpr double kHopelessProbeShare = 0.01;
 constexpr int kPlainAfter = 64;
 }  // namespace
 
@@ -72,16 +75,21 @@ double SpecGate::expected_tokens(Source s, int k, std::span<const float> probs) 
   return expected;
 }
 
+double SpecGate::drafting_seconds(Source s, int k) const {
+  const Ema& d = d_[size_t(s)];
+  const Ema& c = c_[size_t(s)];
+  return (c.count > 0 ? c.value : 0.0) + double(k) * (d.count > 0 ? d.value : 0.0);
+}
+
 double SpecGate::value(Source s, int k, std::span<const float> probs) const {
   if (k <= 0) return 1.0;
   const auto t1 = window_seconds(1), tk = window_seconds(k + 1);
   if (!t1 || *t1 <= 0) return 0.0;
-  const double d = d_[size_t(s)].count > 0 ? d_[size_t(s)].value : 0.0;
-  const double cost = (*tk + double(k - 1) * d) / *t1;
+  const double cost = (*tk + drafting_seconds(s, k)) / *t1;
   return cost > 0 ? expected_tokens(s, k, probs) / cost : 0.0;
 }
 
-double SpecGate::optimistic_value(Source s, int k, std::span<const float> probs) const {
+double SpecGate::optimistic_value(Source s, int k, std::span<const float> probs, bool drafting) const {
   if (k <= 0) return 1.0;
   const auto t1 = window_seconds(1);
   if (!t1 || *t1 <= 0) return 0.0;
@@ -89,7 +97,7 @@ double SpecGate::optimistic_value(Source s, int k, std::span<const float> probs)
   double floor = *t1;
   for (int n = 2; n <= std::min(k + 1, kMaxDepth + 1); ++n)
     if (t_[size_t(n)].count > 0) floor = std::max(floor, t_[size_t(n)].value);
-  return expected_tokens(s, k, probs) / (floor / *t1);
+  return expected_tokens(s, k, probs) / ((floor + (drafting ? drafting_seconds(s, k) : 0.0)) / *t1);
 }
 
 int SpecGate::best(Source s, int available, std::span<const float> probs, double* value_out) const {
@@ -138,15 +146,22 @@ Pick SpecGate::pick(Source s, int available, std::span<const float> probs) {
   p.depth = best(s, available, probs, &p.value);
   const int deepest = std::min(available, o_.max_depth);
   // Probe the shallowest deeper window that is not yet well timed and could pay even at the
-  // best cost the timings allow; with none, one past the pick, rarely where even that bound
-  // says it cannot pay (each such probe is a wasted row's worth of time).
+  // best cost the timings allow (its window's time is what the probe finds out); with none, one
+  // past the pick, rarely where even that bound, with the drafts' measured time, says it cannot
+  // pay (each such probe is a wasted window and its drafts).
   int deeper = 0;
   int64_t period = kProbeEveryUnmeasured;
   for (int k = p.depth + 1; k <= deepest && deeper == 0; ++k)
     if (t_[size_t(k + 1)].count < kWellMeasured && optimistic_value(s, k, probs) > 1.0) deeper = k;
   if (deeper == 0) {
     deeper = p.depth + 1;
-    period = optimistic_value(s, deeper, probs) > 1.0 ? kProbeEvery : kProbeEveryHopeless;
+    period = kProbeEvery;
+    if (optimistic_value(s, deeper, probs, true) <= 1.0) {
+      // At worst such a probe costs its window and drafts less the token it yields anyway.
+      const auto t1 = window_seconds(1), t = window_seconds(deeper + 1);
+      const double loss = t1 && t ? (*t + drafting_seconds(s, deeper)) / *t1 - 1.0 : 1.0;
+      period = std::max(kProbeEveryHopeless, int64_t(std::ceil(loss / kHopelessProbeShare)));
+    }
   }
   if (deeper <= deepest && picks_ % period == 0) {
     p.depth = deeper;
@@ -177,8 +192,9 @@ void SpecGate::verified(Source s, int drafted, int accepted, std::span<const flo
   }
 }
 
-void SpecGate::drafted(Source s, int tokens, double seconds) {
+void SpecGate::drafted(Source s, int tokens, double seconds, double catch_up_seconds) {
   if (tokens > 0 && seconds >= 0) d_[size_t(s)].add(seconds / double(tokens), kTimeMemory);
+  if (tokens > 0 && catch_up_seconds >= 0) c_[size_t(s)].add(catch_up_seconds, kTimeMemory);
 }
 
 }  // namespace strata::spec

@@ -9,13 +9,17 @@
 // an EMA (memory 8; unmeasured n are extrapolated from a fitted slope rho,
 // T(n) ~ T(1) (1 + rho (n - 1))). Nothing is drafted before T(1) has 3 timings. For k drafts
 //   E(k) = 1 + a1 + a1 a2 + ... + a1...ak     (tokens a window yields)
-//   cost(k) = (T(k + 1) + (k - 1) d) / T(1)   (d: the source's drafting time per token)
-// and the pick is k = argmax E(k) / cost(k), drafting only when that beats 1. A probe now and
+//   cost(k) = (T(k + 1) + c + k d) / T(1)     (d: the source's drafting time per token, c: its
+//                                              catch-up time per drafted window)
+// and the pick is k = argmax E(k) / cost(k), drafting only when that beats 1. (DESIGN.md's
+// (k - 1) d assumes the first draft comes out of the verification window; here the MTP head runs
+// after it, so every draft and the catch-up are paid apart.) A probe now and
 // then drafts deeper than the pick: every 4th pick the shallowest deeper window with fewer than 3
 // timings that could pay at the best cost the timings allow (T(n) grows slower than a line on an
 // expert-bound machine, so a slope fitted on T(2) alone would never let a deeper window be
-// tried); else every 16th pick one past the pick, every 64th where even that bound says it
-// cannot pay. After 64 drafted windows in a row one plain window keeps T(1) measured. When the
+// tried); else every 16th pick one past the pick, and where even that bound says it cannot pay,
+// rarely enough that such probes cost at most 1% of the time (every 64th pick at least). After 64
+// drafted windows in a row one plain window keeps T(1) measured. When the
 // drafter reports its own probability p_j for a draft, a_j = p_j * (EMA of acceptance / EMA of
 // p) at that position.
 #pragma once
@@ -79,16 +83,17 @@ class SpecGate {
   Source choose(int mtp_available, int suffix_available) const;
   // E(k) / cost(k) for source s (k = 0 gives 1).
   double value(Source s, int k, std::span<const float> probs = {}) const;
-  // E(k) over the cost of the widest timed window of at most k + 1 rows: what k drafts could
-  // be worth at best.
-  double optimistic_value(Source s, int k, std::span<const float> probs = {}) const;
+  // E(k) over the cost of the widest timed window of at most k + 1 rows, plus the drafts' own
+  // time when `drafting`: what k drafts could be worth at best.
+  double optimistic_value(Source s, int k, std::span<const float> probs = {}, bool drafting = false) const;
 
   // A window of `rows` rows took `seconds` (forward, plus rollback when it had drafts).
   void window_done(int rows, double seconds);
   // A verification judged `drafted` drafts of source s and accepted the first `accepted`.
   void verified(Source s, int drafted, int accepted, std::span<const float> probs = {});
-  // Drafting `tokens` tokens from source s took `seconds`.
-  void drafted(Source s, int tokens, double seconds);
+  // Drafting `tokens` tokens from source s took `seconds`, besides `catch_up_seconds` of bringing
+  // the drafter up to the window's position (the MTP head's catch-up rows).
+  void drafted(Source s, int tokens, double seconds, double catch_up_seconds = 0);
 
   // Measured or estimated T(rows) in seconds; empty before T(1) is measured.
   std::optional<double> window_seconds(int rows) const;
@@ -103,13 +108,14 @@ class SpecGate {
   // The acceptance over every position of source s, the prior counting as kPriorWeight draws.
   double pooled_acceptance(Source s) const;
   double expected_tokens(Source s, int k, std::span<const float> probs) const;  // E(k)
+  double drafting_seconds(Source s, int k) const;  // c + k d
   int best(Source s, int available, std::span<const float> probs, double* value) const;
 
   GateOptions o_;
   std::array<Ema, kMaxDepth + 2> t_{};  // T(n), n = 1..kMaxDepth + 1
   Ema rho_;
   std::array<std::array<Ema, kMaxDepth + 1>, kSources> acc_{}, prob_{};
-  std::array<Ema, kSources> d_{};
+  std::array<Ema, kSources> d_{}, c_{};
   int64_t picks_ = 0;
   int drafted_in_a_row_ = 0;
 };

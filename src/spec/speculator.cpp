@@ -182,9 +182,9 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
   MtpDrafter::Drafts m = mtp_->draft(history, k);
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   counts_.draft_seconds += seconds;
-  // d: the time per drafted token, the catch-up rows' share left out (they are a per-token cost
-  // of keeping the head's cache, paid once however the drafts come out).
-  gate_.drafted(Source::Mtp, int(m.tokens.size()), seconds - m.catch_up_seconds);
+  // d: the time per drafted token; the catch-up rows (the head's cache brought up to the window,
+  // one row per token since the head last drafted) are a cost per drafted window.
+  gate_.drafted(Source::Mtp, int(m.tokens.size()), seconds - m.catch_up_seconds, m.catch_up_seconds);
   if (o_.mtp_acceptance_knob > 0 && !forced_next.empty()) {
     // Benchmark knob: the head's drafts replaced by the text's next tokens, each right with the
     // knob's probability given the ones before it were (its compute still ran above).
