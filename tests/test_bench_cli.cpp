@@ -127,6 +127,7 @@ TEST_F(BenchCommand, ContinuesFromAText) {
     ASSERT_EQ(o.rc, 0) << o.err;
     const auto j = nlohmann::json::parse(o.out);
     EXPECT_EQ(j.at("continue_from").get<std::string>(), text);
+    EXPECT_TRUE(j.at("device").get<std::string>().starts_with("cpu")) << j.at("device");
     EXPECT_GE(j.at("text_tokens").get<int64_t>(), 70);
     EXPECT_EQ(j.at("prefill").at("tokens").get<int64_t>(), 40);
     EXPECT_EQ(j.at("decode").at("tokens").get<int64_t>(), 29) << "the first token comes from the prefill";

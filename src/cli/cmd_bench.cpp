@@ -251,6 +251,7 @@ void run_continue(const BenchOptions& o) {
   nlohmann::ordered_json j;
   j["model"] = o.model;
   j["experts"] = m.experts_description();
+  j["device"] = lm.device_description();
   j["threads"] = lm.threads();
   j["isa"] = isa_name(cpu_features().level());
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
