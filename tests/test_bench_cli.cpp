@@ -146,6 +146,13 @@ TEST_F(BenchCommand, ContinuesFromAText) {
   EXPECT_NE(short_text.err.find("--continue-from: " + text + " has "), std::string::npos) << short_text.err;
   EXPECT_NE(short_text.err.find("fewer than --prompt-tokens + --gen-tokens (1040)"), std::string::npos)
       << short_text.err;
+  // Past the model's context: the flags it comes from are named, not run's --ctx.
+  const Output long_run = run("tiny.gguf", "--prompt-tokens 40 --gen-tokens 100000 --continue-from " + text);
+  EXPECT_EQ(long_run.rc, 1);
+  EXPECT_NE(long_run.err.find("--prompt-tokens + --gen-tokens + the deepest draft: 100049 exceeds the model's "
+                              "context of "),
+            std::string::npos)
+      << long_run.err;
   const Output missing = run("tiny.gguf", "--continue-from " + dir_->file("absent.txt"));
   EXPECT_EQ(missing.rc, 1);
   EXPECT_NE(missing.err.find("--continue-from: cannot read " + dir_->file("absent.txt")), std::string::npos)

@@ -224,6 +224,7 @@ void run_continue(const BenchOptions& o) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const int64_t ctx = o.prompt_tokens + o.gen_tokens + spec::kMaxDepth + 1;
   decode::LoadedModel lm({.path = o.model, .device = o.device, .threads = o.threads, .ctx = ctx,
+                          .ctx_source = "--prompt-tokens + --gen-tokens + the deepest draft",
                           .experts = source_options(o.experts)});
   model::Model& m = lm.model();
   const std::vector<int32_t> tokens = lm.encode(text);
@@ -282,7 +283,8 @@ void run_continue(const BenchOptions& o) {
 // with --parallel N decodes N streams. Reports the aggregate decode speed.
 void run_parallel(const BenchOptions& o) {
   const int64_t ctx = o.prompt_tokens + o.gen_tokens;
-  decode::LoadedModel lm({.path = o.model, .device = o.device, .threads = o.threads, .ctx = ctx, .experts = source_options(o.experts)});
+  decode::LoadedModel lm({.path = o.model, .device = o.device, .threads = o.threads, .ctx = ctx,
+                          .ctx_source = "--prompt-tokens + --gen-tokens", .experts = source_options(o.experts)});
   model::Model& m = lm.model();
   RouteFlags route = o.route;
   route.no_history = true;
@@ -368,7 +370,8 @@ void run_bench(const BenchOptions& o) {
     fail("--temp, --top-k, --top-p, --min-p and the penalties need --continue-from (without it no window samples)");
   if (o.parallel > 1) return run_parallel(o);
   const int64_t ctx = o.prompt_tokens + o.gen_tokens;
-  decode::LoadedModel lm({.path = o.model, .device = o.device, .threads = o.threads, .ctx = ctx, .experts = source_options(o.experts)});
+  decode::LoadedModel lm({.path = o.model, .device = o.device, .threads = o.threads, .ctx = ctx,
+                          .ctx_source = "--prompt-tokens + --gen-tokens", .experts = source_options(o.experts)});
   model::Model& m = lm.model();
   RouteFlags route = o.route;
   route.no_history = true;  // a benchmark must not depend on, nor change, earlier runs

@@ -11,7 +11,7 @@ namespace strata::decode {
 
 LoadedModel::LoadedModel(const LoadOptions& options) : path_(options.path), ctx_(options.ctx) {
   if (!std::filesystem::exists(path_)) fail("model file '", path_, "' does not exist");
-  if (ctx_ < 1) fail("--ctx: ", ctx_, " must be at least 1");
+  if (ctx_ < 1) fail(options.ctx_source, ": ", ctx_, " must be at least 1");
   decode::OpenedBackend opened =
       open_backend(parse_device(options.device), options.threads, path_, options.experts);
   backend_ = std::move(opened.backend);
@@ -19,7 +19,7 @@ LoadedModel::LoadedModel(const LoadOptions& options) : path_(options.path), ctx_
   threads_ = opened.threads;
   model_ = model::Model::load(path_, *backend_, options.experts);
   if (ctx_ > model_->config().n_ctx)
-    fail("--ctx: ", ctx_, " exceeds the model's context of ", model_->config().n_ctx);
+    fail(options.ctx_source, ": ", ctx_, " exceeds the model's context of ", model_->config().n_ctx);
   tokenizer_ =
       std::make_unique<tokenizer::Tokenizer>(tokenizer::read_vocab_metadata(model_->reader()));
   const auto& vocab = tokenizer_->vocab();

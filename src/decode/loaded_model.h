@@ -23,6 +23,7 @@ struct LoadOptions {
   std::string device = "auto";  // --device: cpu, cuda, cuda:N or auto
   int threads = 0;     // CPU backend threads; 0: one per hardware thread
   int64_t ctx = 4096;  // context positions a session gets
+  std::string ctx_source = "--ctx";  // where ctx comes from, for its errors
   experts::SourceOptions experts;  // where the routed experts come from (docs/EXPERT_CACHE.md)
   std::string chat_template{};     // a Jinja chat template to use instead of the file's; empty: the file's
 };
