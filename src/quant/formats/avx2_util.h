@@ -31,21 +31,38 @@ inline __m256i dot_i8(__m256i w, __m256i a) {
   return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-// The exact per-block sums of 8 vectors of int32 partials, block k in lane k.
-inline __m256i block_sums8(const __m256i* p) {
-  const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
-  const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
-  const __m256i g0 = _mm256_hadd_epi32(h01, h23), g1 = _mm256_hadd_epi32(h45, h67);
+// Transposing reductions of int32 partials (exact, any order), built from unpacks and adds:
+// vphaddd costs about four times an unpack on the AMD EPYC box (docs/PERFORMANCE.md).
+// pair_sums: per 128-bit half, lanes [a, b, a, b] with a's and b's half summed in pairs.
+inline __m256i pair_sums(__m256i a, __m256i b) {
+  return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+}
+// quad_sums of pair_sums(p0, p1) and pair_sums(p2, p3): per 128-bit half, p0..p3's half sums.
+inline __m256i quad_sums(__m256i p01, __m256i p23) {
+  return _mm256_add_epi32(_mm256_unpacklo_epi64(p01, p23), _mm256_unpackhi_epi64(p01, p23));
+}
+// Blocks 0..3 in g0 and 4..7 in g1 (as quad_sums leaves them) to lanes 0..7.
+inline __m256i octet_sums(__m256i g0, __m256i g1) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20),
                           _mm256_permute2x128_si256(g0, g1, 0x31));
 }
 
-// The fp16 d of 8 consecutive blocks as 8 floats.
+// The exact per-block sums of 8 vectors of int32 partials, block k in lane k.
+inline __m256i block_sums8(const __m256i* p) {
+  return octet_sums(quad_sums(pair_sums(p[0], p[1]), pair_sums(p[2], p[3])),
+                    quad_sums(pair_sums(p[4], p[5]), pair_sums(p[6], p[7])));
+}
+
+// The fp16 d of 8 consecutive blocks as 8 floats. The eight 16-bit fields are packed into two
+// 64-bit words with scalar loads, shifts and ors, which run on the integer ports: inserting them one
+// by one (vpinsrw) took two vector-shuffle uops each, the ports the dot kernels are bound by.
 template <typename Block>
 __m256 scales8(const Block* x) {
-  return _mm256_cvtph_ps(_mm_setr_epi16(short(x[0].d), short(x[1].d), short(x[2].d), short(x[3].d),
-                                        short(x[4].d), short(x[5].d), short(x[6].d),
-                                        short(x[7].d)));
+  auto four = [](const Block* b) {
+    return uint64_t(b[0].d) | uint64_t(b[1].d) << 16 | uint64_t(b[2].d) << 32 |
+           uint64_t(b[3].d) << 48;
+  };
+  return _mm256_cvtph_ps(_mm_set_epi64x(int64_t(four(x + 4)), int64_t(four(x))));
 }
 
 // shuffle_epi8 mask that broadcasts int16 lane `lo` over the low 128 bits and lane `hi` over the

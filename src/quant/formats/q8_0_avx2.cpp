@@ -60,17 +60,15 @@ void dot_n(const BlockQ8_0* x, const BlockQ8_0* const* y, int64_t nb, float* out
               _mm256_maddubs_epi16(u0, _mm256_sign_epi8(a0, w0)), ones);
           const __m256i p1 = _mm256_madd_epi16(
               _mm256_maddubs_epi16(u1, _mm256_sign_epi8(a1, w1)), ones);
-          pair_sums[pair][j] = _mm256_hadd_epi32(p0, p1);
+          pair_sums[pair][j] = avx2::pair_sums(p0, p1);
         }
       }
       for (int j = 0; j < N; ++j)
-        half_sums[half][j] = _mm256_hadd_epi32(pair_sums[0][j], pair_sums[1][j]);
+        half_sums[half][j] = avx2::quad_sums(pair_sums[0][j], pair_sums[1][j]);
     }
     const __m256 dw = avx2::scales8(x + b);
     for (int j = 0; j < N; ++j) {
-      const __m256i g0 = half_sums[0][j], g1 = half_sums[1][j];
-      const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20),
-                                            _mm256_permute2x128_si256(g0, g1, 0x31));
+      const __m256i sums = avx2::octet_sums(half_sums[0][j], half_sums[1][j]);
       acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, avx2::scales8(y[j] + b)),
                                _mm256_cvtepi32_ps(sums), acc[j]);
     }
