@@ -278,6 +278,88 @@ TEST_P(MtpDecode, AcceptanceKnobOnAForcedContinuation) {
   }
 }
 
+// The draft vocabulary: the head scores only its ids (the best of them, bitwise the full head's
+// logits there), drafts from it still give the plain tokens, and the knob cannot accept a text
+// token the head could not have drafted.
+TEST_P(MtpDecode, DraftVocabularyScoresItsIdsOnly) {
+  model::Model& m = *tiny_->model;
+  const int64_t n_vocab = m.config().n_vocab, head = n_vocab / 4;
+  const model::DraftVocab dv = spec::draft_vocab(tiny_->tok->vocab(), head, n_vocab);
+  ASSERT_FALSE(dv.whole());
+  ASSERT_EQ(dv.head, head);
+  ASSERT_LT(dv.tail_first, n_vocab);  // the tiny vocab ends on Qwen's added tokens
+  EXPECT_EQ(dv.size(n_vocab), head + n_vocab - dv.tail_first);
+
+  const int64_t T = 5, cols = m.hidden_cols();
+  const std::vector<int32_t> tokens = prompt_tokens(T, n_vocab);
+  std::vector<float> hidden(size_t(T * cols));
+  for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = float((i * 37) % 23) / 23.0f - 0.5f;
+  model::State whole = m.new_mtp_state(16), part = m.new_mtp_state(16);
+  const std::vector<float> logits = m.mtp_forward(tokens, hidden, whole, model::LogitsMode::Last, nullptr);
+  std::vector<int32_t> best;
+  std::vector<float> prob;
+  m.mtp_forward(tokens, hidden, part, model::LogitsMode::Last, nullptr, &best, &prob, dv);
+  int32_t want = -1;
+  for (int32_t id = 0; id < int32_t(n_vocab); ++id)
+    if (dv.contains(id) && (want < 0 || logits[size_t(id)] > logits[size_t(want)])) want = id;
+  ASSERT_EQ(best.size(), 1u);
+  EXPECT_EQ(best[0], want);
+  EXPECT_GT(prob[0], 0.0f);
+  model::State other = m.new_mtp_state(16);
+  EXPECT_THROW(m.mtp_forward(tokens, hidden, other, model::LogitsMode::All, nullptr, &best, &prob, dv), Error);
+  EXPECT_THROW(m.mtp_forward(tokens, hidden, other, model::LogitsMode::Last, nullptr, nullptr, nullptr, dv), Error);
+
+  const auto prompt = prompt_tokens(20, n_vocab);
+  for (bool sampled : {false, true}) {
+    SessionOptions so{.n_ctx = 160};
+    so.spec.mode = spec::Mode::Mtp;
+    so.spec.depth = 2;
+    so.spec.draft_vocab = head;
+    Session s(m, *tiny_->tok, so);
+    EXPECT_EQ(s.generate(prompt, params(sampled), {}).tokens, plain(prompt, params(sampled)).tokens)
+        << "sampled " << sampled;
+  }
+
+  // A text of ordinary tokens (no end token, none among the trailing special ones) from ids 2 and
+  // up: none of them is in the draft vocabulary of ids [0, 2) and the special tokens.
+  std::vector<int32_t> text = prompt_tokens(40, n_vocab);
+  for (int32_t& t : text) t = 2 + t % int32_t(dv.tail_first - 2);
+  SessionOptions so{.n_ctx = 160};
+  so.spec.mode = spec::Mode::Mtp;
+  so.spec.depth = 2;
+  so.spec.mtp_acceptance_knob = 1.0;
+  so.spec.draft_vocab = 2;
+  Session s(m, *tiny_->tok, so);
+  GenerateParams p = params(false);
+  p.max_tokens = 20;
+  p.forced.assign(text.begin() + 20, text.end());
+  const GenerateResult r = s.generate(std::span(text).first(20), p, {});
+  EXPECT_EQ(r.tokens, p.forced);
+  ASSERT_GT(r.telemetry.spec->drafted, 0);
+  EXPECT_EQ(r.telemetry.spec->accepted, 0);
+}
+
+TEST(DraftVocab, TheFirstIdsAndTheTrailingSpecialTokens) {
+  using tokenizer::TokenType;
+  tokenizer::Vocab v;
+  v.types.assign(10, TokenType::Normal);
+  v.types[8] = TokenType::Control;
+  v.types[9] = TokenType::UserDefined;
+  v.types[3] = TokenType::Control;  // not trailing: only the first ids keep it
+  const model::DraftVocab dv = spec::draft_vocab(v, 4, 12);  // ids 10 and 11: past the tokenizer
+  EXPECT_EQ(dv.head, 4);
+  EXPECT_EQ(dv.tail_first, 8);
+  EXPECT_EQ(dv.size(12), 8);
+  for (int32_t id : {0, 3, 8, 11}) EXPECT_TRUE(dv.contains(id)) << id;
+  for (int32_t id : {4, 7}) EXPECT_FALSE(dv.contains(id)) << id;
+  EXPECT_EQ(dv.id(3), 3);
+  EXPECT_EQ(dv.id(4), 8);
+  EXPECT_EQ(dv.id(7), 11);
+  EXPECT_TRUE(spec::draft_vocab(v, 0, 12).whole());
+  EXPECT_TRUE(spec::draft_vocab(v, 12, 12).whole());
+  EXPECT_TRUE(spec::draft_vocab(v, 8, 12).whole());  // [0, 8) and [8, 12) leave nothing out
+}
+
 std::string case_name(const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& info) {
   return std::get<0>(info.param) + "_" + std::get<1>(info.param);
 }

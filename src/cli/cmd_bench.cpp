@@ -268,6 +268,9 @@ void run_continue(const BenchOptions& o) {
   if (auto c = m.expert_stats(); c && start) j["decode"]["hit_rate"] = c->since(*start).hit_rate();
   if (t.spec) {
     j["spec"] = spec_json(*t.spec);
+    const int64_t n_vocab = m.config().n_vocab;
+    if (m.has_mtp())
+      j["spec"]["draft_vocab"] = spec::draft_vocab(m, lm.tokenizer().vocab(), so.draft_vocab).size(n_vocab);
     if (so.mtp_acceptance_knob > 0)
       j["spec"]["mtp_acceptance_knob"] = cat("MTP drafts are the text's next token with probability ", so.mtp_acceptance_knob,
                                              " per position (a knob set to published figures, not this model's head)");

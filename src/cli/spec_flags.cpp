@@ -12,6 +12,10 @@ void add_spec_flags(CLI::App* cmd, SpecFlags& f, bool with_knob) {
   cmd->add_option("--spec-depth", f.depth, "Fixed drafts per window instead of SpecGate's choice");
   cmd->add_option("--spec-max-depth", f.max_depth, "Deepest window SpecGate may choose, in drafts")
       ->capture_default_str();
+  cmd->add_option("--draft-vocab", f.draft_vocab,
+                  "MTP drafts come from the first N token ids (the frequent ones) and the special "
+                  "tokens; 0: every id; default 32768 on the CPU, every id on a GPU. Exact either "
+                  "way (the model verifies every draft)");
   cmd->add_flag("--spec-typical", f.typical,
                 "Typical acceptance: longer accepted runs, but NOT the tokens of plain decoding");
   if (with_knob)
@@ -32,6 +36,8 @@ spec::Options spec_options(const SpecFlags& f) {
   o.max_depth = f.max_depth;
   o.typical = f.typical;
   o.mtp_acceptance_knob = f.mtp_acceptance;
+  if (f.draft_vocab < -1) fail("--draft-vocab: ", f.draft_vocab, " is negative (0 means every id)");
+  if (f.draft_vocab >= 0) o.draft_vocab = f.draft_vocab;
   return o;
 }
 

@@ -15,6 +15,7 @@ struct SpecFlags {
   int max_depth = 4;          // --spec-max-depth
   bool typical = false;       // --spec-typical
   double mtp_acceptance = 0;  // --mtp-acceptance (bench only)
+  int64_t draft_vocab = -1;   // --draft-vocab (-1: the backend's default)
 };
 
 // with_knob: also --mtp-acceptance (strata bench).

@@ -80,7 +80,8 @@ Session::Session(model::Model& model, const tokenizer::Tokenizer& tokenizer,
       tokenizer_(tokenizer),
       options_(options),
       state_(model.new_state(options.n_ctx)),
-      speculator_(model, options.spec, options.n_ctx) {
+      speculator_(model, options.spec, options.n_ctx,
+                  spec::draft_vocab(model, tokenizer.vocab(), options.spec.draft_vocab)) {
   // Qwen's generation configs end on both <|im_end|> and <|endoftext|>, whichever the vocab's
   // eos is; a raw prompt may well be continued with the document end.
   const auto& vocab = tokenizer.vocab();

@@ -26,6 +26,22 @@ namespace strata::model {
 
 enum class LogitsMode { Last, All };
 
+// The ids an MTP head drafts from: [0, head) and [tail_first, n_vocab), two row ranges of the LM
+// head (docs/SPECULATION.md, "Draft vocabulary"). head 0 is the whole vocabulary.
+struct DraftVocab {
+  int64_t head = 0;
+  int64_t tail_first = 0;
+
+  bool whole() const { return head == 0; }
+  // How many ids it holds in a vocabulary of n_vocab.
+  int64_t size(int64_t n_vocab) const { return whole() ? n_vocab : head + (n_vocab - tail_first); }
+  bool contains(int32_t id) const { return whole() || id < head || id >= tail_first; }
+  // The id of column `column` of the draft logits.
+  int32_t id(int32_t column) const {
+    return whole() || column < head ? column : int32_t(tail_first + (column - head));
+  }
+};
+
 // Receives named intermediate activations ("attn_norm-3", "final_norm"; docs/MODELS.md lists
 // them) as [T, cols] host rows while a window runs.
 using DumpFn =
@@ -115,12 +131,16 @@ class Model {
   // choice comes back instead of the logits (as ForwardExtras::greedy), and with `probs` its
   // softmax probability. Throws strata::Error when the model has no MTP block, for a bad hidden
   // size or a window past the state's context.
+  //
+  // With a draft vocabulary (`vocab` not whole), the head scores only those ids, which must come
+  // with `greedy` and LogitsMode::Last: drafts need the best id, not the distribution, and the
+  // LM head is most of a draft's cost (docs/SPECULATION.md, "Draft vocabulary").
   bool has_mtp() const { return config_.n_mtp > 0; }
   State new_mtp_state(int64_t n_ctx) const { return State(backend_, config_, n_ctx, State::Kind::Mtp); }
   std::vector<float> mtp_forward(std::span<const int32_t> tokens, std::span<const float> hidden,
                                  State& state, LogitsMode mode, std::vector<float>* hidden_out,
                                  std::vector<int32_t>* greedy = nullptr,
-                                 std::vector<float>* probs = nullptr);
+                                 std::vector<float>* probs = nullptr, DraftVocab vocab = {});
 
   // One sequence's part of a shared window. With `greedy` or `top` (at most one), the sequence's
   // rows are chosen in the window as forward()'s extras do, and its logits do not come back.
@@ -166,6 +186,8 @@ class Model {
 
  private:
   Model(std::unique_ptr<gguf::Reader> reader, backend::Backend& backend);
+  // Rows [first, first + n) of the LM head.
+  backend::Weight lm_head_rows(int64_t first, int64_t n) const;
 
   std::unique_ptr<gguf::Reader> reader_;
   backend::Backend& backend_;

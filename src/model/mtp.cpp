@@ -19,7 +19,8 @@ namespace strata::model {
 
 std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span<const float> hidden,
                                       State& state, LogitsMode mode, std::vector<float>* hidden_out,
-                                      std::vector<int32_t>* greedy, std::vector<float>* probs) {
+                                      std::vector<int32_t>* greedy, std::vector<float>* probs,
+                                      DraftVocab vocab) {
   const ModelConfig& c = config_;
   const int64_t T = int64_t(tokens.size()), n = c.n_embd, hcols = hidden_cols();
   if (!has_mtp()) fail("mtp: the model has no MTP block (nextn_predict_layers is 0)");
@@ -32,13 +33,23 @@ std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span
   if (int64_t(state.layers.size()) != c.n_blocks()) fail("mtp: the state is not an MTP state of this model");
   if (state.n_past + T > state.n_ctx())
     fail("mtp: context overflow: ", state.n_past, " positions done + ", T, " new exceed ", state.n_ctx());
+  if (!vocab.whole() && vocab.head >= vocab.tail_first) vocab = {};  // the ranges cover every id
+  if (!vocab.whole()) {
+    if (vocab.head < 0 || vocab.tail_first > c.n_vocab)
+      fail("mtp: draft vocabulary [0, ", vocab.head, ") + [", vocab.tail_first, ", ", c.n_vocab,
+           ") is outside the vocabulary of ", c.n_vocab);
+    if (!greedy || mode != LogitsMode::Last)
+      fail("mtp: a draft vocabulary gives the last row's greedy choice only");
+  }
 
   ExpertWindow expert_window(*experts_);
   const KeyPart part{T, mode, &state};
   BackendWindow backend_window(backend_, window_key(std::span(&part, 1), dump_ != nullptr,
                                                     host_steps(false, *experts_),
                                                     {.mtp = true, .hidden = hidden_out != nullptr,
-                                                     .greedy = greedy != nullptr}));
+                                                     .greedy = greedy != nullptr,
+                                                     .draft_head = vocab.head,
+                                                     .draft_tail_first = vocab.tail_first}));
   Window w{backend_, c, weights_, *experts_, state, {}, tokens, T, renormalize_topk_, dump_, Scratch(backend_)};
   for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
   const int64_t il = c.n_layer;  // the first MTP block; chained steps reuse it
@@ -73,8 +84,17 @@ std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span
   const Tensor hidden_rows = hc ? x : out;  // read back after the window, with the logits
   if (!hc && mode == LogitsMode::Last) out = out.rows_view(T - 1, 1);
   w.dump("mtp_out", -1, out);
-  Tensor logits = keep(out.rows, c.n_vocab);
-  backend_.matmul(weights_.output, out, logits);  // the shared lm_head
+  Tensor logits = keep(out.rows, vocab.size(c.n_vocab));
+  if (vocab.whole()) {
+    backend_.matmul(weights_.output, out, logits);  // the shared lm_head
+  } else {
+    // One row (LogitsMode::Last), so each range's columns are a contiguous row of their own.
+    const int64_t tail = c.n_vocab - vocab.tail_first;
+    backend_.matmul(lm_head_rows(0, vocab.head), out, {logits.data, 1, vocab.head, vocab.head});
+    if (tail > 0)
+      backend_.matmul(lm_head_rows(vocab.tail_first, tail), out,
+                      {logits.data + vocab.head, 1, tail, tail});
+  }
   WindowLogits result(backend_, greedy, probs);
   result.choose(keep, logits);
   backend_window.end();
@@ -83,7 +103,18 @@ std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span
     backend_.download(hidden_rows, hidden_out->data());
   }
   state.n_past += T;
-  return result.read(logits);
+  std::vector<float> rows = result.read(logits);
+  if (greedy)
+    for (int32_t& id : *greedy)
+      if (id >= 0) id = vocab.id(id);
+  return rows;
+}
+
+backend::Weight Model::lm_head_rows(int64_t first, int64_t n) const {
+  backend::Weight w = weights_.output;
+  w.data = static_cast<const uint8_t*>(w.data) + size_t(first) * w.row_stride;
+  w.rows = n;
+  return w;
 }
 
 }  // namespace strata::model

@@ -21,6 +21,7 @@ uint64_t window_key(std::span<const KeyPart> parts, bool dumps, bool host_steps,
   h = mix(mix(mix(h, extras.mtp ? 1 : 0), extras.hidden ? 1 : 0), extras.greedy ? 1 : 0);
   h = mix(mix(h, uint64_t(extras.top_k)), uint64_t(std::bit_cast<uint32_t>(extras.sum_temperature)));
   h = mix(h, uint64_t(std::bit_cast<uint32_t>(extras.draw_temperature)));
+  h = mix(mix(h, uint64_t(extras.draft_head)), uint64_t(extras.draft_tail_first));
   // The journal's copies have fixed addresses in a recording: a new layout is a new key.
   if (extras.journal) h = mix(h, extras.journal->layout());
   for (const KeyPart& p : parts) {

@@ -36,6 +36,7 @@ struct KeyExtras {
   float sum_temperature = 0.0f;  // the rows' softmax sums taken at it in the window (0: not)
   float draw_temperature = 0.0f;  // the rows' plain temperature draws at it in the window (0: not)
   const Journal* journal = nullptr;
+  int64_t draft_head = 0, draft_tail_first = 0;  // an MTP window's draft vocabulary (model.h)
 };
 
 // The key: per sequence, in window order, its row count, logits mode and the state tensors it

@@ -2,13 +2,35 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string_view>
 
 #include "util/error.h"
 
 namespace strata::spec {
 
-MtpDrafter::MtpDrafter(model::Model& model, int64_t n_ctx)
-    : model_(model), state_(model.new_mtp_state(n_ctx)) {}
+model::DraftVocab draft_vocab(const tokenizer::Vocab& vocab, int64_t head, int64_t n_vocab) {
+  if (head <= 0 || head >= n_vocab) return {};
+  int64_t tail_first = n_vocab;
+  while (tail_first > head &&
+         (tail_first - 1 >= int64_t(vocab.types.size()) ||
+          vocab.types[size_t(tail_first - 1)] != tokenizer::TokenType::Normal))
+    --tail_first;
+  if (tail_first <= head) return {};
+  return {head, tail_first};
+}
+
+int64_t default_draft_vocab(const backend::Backend& backend) {
+  return std::string_view(backend.name()) == "cpu" ? 32768 : 0;
+}
+
+model::DraftVocab draft_vocab(const model::Model& model, const tokenizer::Vocab& vocab,
+                              std::optional<int64_t> head) {
+  return draft_vocab(vocab, head.value_or(default_draft_vocab(model.backend())),
+                     model.config().n_vocab);
+}
+
+MtpDrafter::MtpDrafter(model::Model& model, int64_t n_ctx, model::DraftVocab vocab)
+    : model_(model), state_(model.new_mtp_state(n_ctx)), vocab_(vocab) {}
 
 void MtpDrafter::observe(int64_t first, std::span<const float> hidden) {
   const int64_t cols = model_.hidden_cols();
@@ -41,7 +63,7 @@ MtpDrafter::Drafts MtpDrafter::draft(std::span<const int32_t> history, int k) {
   // Only the head's greedy choice comes back from each step, not its logits.
   std::vector<int32_t> best;
   std::vector<float> prob;
-  model_.mtp_forward(next, rows_, state_, model::LogitsMode::Last, &chain_, &best, &prob);
+  model_.mtp_forward(next, rows_, state_, model::LogitsMode::Last, &chain_, &best, &prob, vocab_);
   // The catch-up rows cost one head row per token however often the head drafts; its first
   // draft comes out of the same window.
   if (rows > 1)
@@ -54,7 +76,7 @@ MtpDrafter::Drafts MtpDrafter::draft(std::span<const int32_t> history, int k) {
       const std::span<const float> last(chain_.end() - cols, chain_.end());
       std::vector<float> h(last.begin(), last.end());
       model_.mtp_forward(std::span(&d.tokens.back(), 1), h, state_, model::LogitsMode::Last, &chain_, &best,
-                         &prob);
+                         &prob, vocab_);
     }
     if (best[0] < 0) break;  // every logit NaN: no draft
     d.tokens.push_back(best[0]);

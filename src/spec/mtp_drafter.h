@@ -6,16 +6,35 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "model/model.h"
+#include "tokenizer/vocab.h"
 
 namespace strata::spec {
 
+// The ids the MTP head drafts from (docs/SPECULATION.md, "Draft vocabulary"): [0, head) and the
+// trailing run of ids that are not ordinary text tokens (control and added tokens such as
+// <|im_end|>, <tool_call> or </think>, then the padding; ids past the tokenizer's count too).
+// Byte-level BPE numbers tokens in merge order, the frequent ones first. head 0, or ranges that
+// leave nothing out, give the whole vocabulary.
+model::DraftVocab draft_vocab(const tokenizer::Vocab& vocab, int64_t head, int64_t n_vocab);
+
+// --draft-vocab's default for a head computing on `backend`: 32768 ids on the CPU, where the LM
+// head is most of a draft's time (151936 rows on Qwen3-Next), and every id on an accelerator,
+// where it costs little and the ids left out (6-8% of the tokens of code, tool calls and prose)
+// would cost acceptance (docs/SPECULATION.md, "Draft vocabulary").
+int64_t default_draft_vocab(const backend::Backend& backend);
+
+// The draft vocabulary of --draft-vocab `head` (unset: the default for the model's backend).
+model::DraftVocab draft_vocab(const model::Model& model, const tokenizer::Vocab& vocab,
+                              std::optional<int64_t> head);
+
 class MtpDrafter {
  public:
-  MtpDrafter(model::Model& model, int64_t n_ctx);
+  MtpDrafter(model::Model& model, int64_t n_ctx, model::DraftVocab vocab = {});
 
   // The trunk's hidden states of positions first.. (rows of Model::hidden_cols()). A position
   // at or before earlier ones replaces them (the sequence was rolled back or re-prompted). At
@@ -40,6 +59,7 @@ class MtpDrafter {
  private:
   model::Model& model_;
   model::State state_;
+  model::DraftVocab vocab_;
   int64_t first_ = 0;          // position of rows_'s first row
   std::vector<float> rows_;    // observed hidden states not yet in the head's cache
   std::vector<float> chain_;   // a step's output hidden state

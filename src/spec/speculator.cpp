@@ -122,10 +122,12 @@ std::string format_report(const Report& r) {
   return out;
 }
 
-Speculator::Speculator(model::Model& model, const Options& options, int64_t n_ctx)
+Speculator::Speculator(model::Model& model, const Options& options, int64_t n_ctx,
+                       model::DraftVocab vocab)
     : model_(model),
       o_(options),
       gate_(GateOptions{.max_depth = options.max_depth, .fixed_depth = options.depth}),
+      draft_vocab_(vocab),
       journal_(model.backend()) {
   if (o_.mode == Mode::Mtp && model.config().n_mtp == 0)
     fail("--spec mtp: the model has no MTP block (nextn_predict_layers is 0)");
@@ -134,7 +136,7 @@ Speculator::Speculator(model::Model& model, const Options& options, int64_t n_ct
   counts_.mode = o_.mode;
   counts_.typical = o_.typical;
   if ((o_.mode == Mode::Mtp || o_.mode == Mode::Auto) && model.has_mtp())
-    mtp_ = std::make_unique<MtpDrafter>(model, n_ctx);
+    mtp_ = std::make_unique<MtpDrafter>(model, n_ctx, vocab);
 }
 
 void Speculator::observe(int64_t first, std::span<const float> hidden) {
@@ -187,12 +189,14 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
   gate_.drafted(Source::Mtp, int(m.tokens.size()), seconds - m.catch_up_seconds, m.catch_up_seconds);
   if (o_.mtp_acceptance_knob > 0 && !forced_next.empty()) {
     // Benchmark knob: the head's drafts replaced by the text's next tokens, each right with the
-    // knob's probability given the ones before it were (its compute still ran above).
+    // knob's probability given the ones before it were (its compute still ran above), and never
+    // when the text's token is outside the head's draft vocabulary.
     const int64_t vocab = model_.config().n_vocab;
     bool right = true;
     for (size_t j = 0; j < m.tokens.size(); ++j) {
       const int32_t truth = j < forced_next.size() ? forced_next[j] : 0;
-      right = right && counter_uniform(o_.knob_seed, knob_draws_++) < o_.mtp_acceptance_knob;
+      right = right && counter_uniform(o_.knob_seed, knob_draws_++) < o_.mtp_acceptance_knob &&
+              draft_vocab_.contains(truth);
       m.tokens[j] = right ? truth : int32_t((truth + 1 + int64_t(j)) % vocab);
       m.probs[j] = float(o_.mtp_acceptance_knob);
     }

@@ -39,6 +39,9 @@ struct Options {
   // choose with this probability, a random other token otherwise (0: off, the head's own drafts).
   double mtp_acceptance_knob = 0;
   uint64_t knob_seed = 1;
+  // --draft-vocab: the MTP head scores ids [0, draft_vocab) and the special tokens at the end of
+  // the vocabulary only (spec::draft_vocab); 0 scores every id; unset: default_draft_vocab().
+  std::optional<int64_t> draft_vocab;
 };
 
 // What speculation did over some windows, for telemetry, bench JSON and /metrics.
@@ -71,8 +74,9 @@ std::string format_report(const Report& r);
 
 class Speculator {
  public:
-  // n_ctx: the session's context (the MTP head's cache gets as much).
-  Speculator(model::Model& model, const Options& options, int64_t n_ctx);
+  // n_ctx: the session's context (the MTP head's cache gets as much); vocab: the ids the MTP head
+  // drafts from (draft_vocab() of options.draft_vocab).
+  Speculator(model::Model& model, const Options& options, int64_t n_ctx, model::DraftVocab vocab = {});
   ~Speculator();
 
   const Options& options() const { return o_; }
@@ -119,6 +123,7 @@ class Speculator {
   SpecGate gate_;
   SuffixDrafter suffix_;
   std::unique_ptr<MtpDrafter> mtp_;
+  model::DraftVocab draft_vocab_;
   model::Journal journal_;
   Report counts_;
   uint64_t knob_draws_ = 0;
