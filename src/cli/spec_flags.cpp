@@ -14,7 +14,7 @@ void add_spec_flags(CLI::App* cmd, SpecFlags& f, bool with_knob) {
       ->capture_default_str();
   cmd->add_option("--draft-vocab", f.draft_vocab,
                   "MTP drafts come from the first N token ids (the frequent ones) and the special "
-                  "tokens; 0: every id; default 32768 on the CPU, every id on a GPU. Exact either "
+                  "tokens; 0: every id; default 65536 on the CPU, every id on a GPU. Exact either "
                   "way (the model verifies every draft)");
   cmd->add_flag("--spec-typical", f.typical,
                 "Typical acceptance: longer accepted runs, but NOT the tokens of plain decoding");

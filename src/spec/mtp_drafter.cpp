@@ -20,7 +20,7 @@ model::DraftVocab draft_vocab(const tokenizer::Vocab& vocab, int64_t head, int64
 }
 
 int64_t default_draft_vocab(const backend::Backend& backend) {
-  return std::string_view(backend.name()) == "cpu" ? 32768 : 0;
+  return std::string_view(backend.name()) == "cpu" ? 65536 : 0;
 }
 
 model::DraftVocab draft_vocab(const model::Model& model, const tokenizer::Vocab& vocab,

@@ -22,10 +22,10 @@ namespace strata::spec {
 // leave nothing out, give the whole vocabulary.
 model::DraftVocab draft_vocab(const tokenizer::Vocab& vocab, int64_t head, int64_t n_vocab);
 
-// --draft-vocab's default for a head computing on `backend`: 32768 ids on the CPU, where the LM
+// --draft-vocab's default for a head computing on `backend`: 65536 ids on the CPU, where the LM
 // head is most of a draft's time (151936 rows on Qwen3-Next), and every id on an accelerator,
-// where it costs little and the ids left out (6-8% of the tokens of code, tool calls and prose)
-// would cost acceptance (docs/SPECULATION.md, "Draft vocabulary").
+// where it costs little and the ids left out (about 2% of the tokens of code, tool calls and
+// prose) would cost acceptance (docs/SPECULATION.md, "Draft vocabulary").
 int64_t default_draft_vocab(const backend::Backend& backend);
 
 // The draft vocabulary of --draft-vocab `head` (unset: the default for the model's backend).
