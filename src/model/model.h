@@ -134,7 +134,8 @@ class Model {
   //
   // With a draft vocabulary (`vocab` not whole), the head scores only those ids, which must come
   // with `greedy` and LogitsMode::Last: drafts need the best id, not the distribution, and the
-  // LM head is most of a draft's cost (docs/SPECULATION.md, "Draft vocabulary").
+  // LM head is most of a draft's cost (docs/SPECULATION.md, "Draft vocabulary"). `probs` is then
+  // the softmax over those ids, an upper bound on the whole head's.
   bool has_mtp() const { return config_.n_mtp > 0; }
   State new_mtp_state(int64_t n_ctx) const { return State(backend_, config_, n_ctx, State::Kind::Mtp); }
   std::vector<float> mtp_forward(std::span<const int32_t> tokens, std::span<const float> hidden,
