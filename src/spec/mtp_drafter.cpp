@@ -66,9 +66,11 @@ MtpDrafter::Drafts MtpDrafter::draft(std::span<const int32_t> history, int k) {
   model_.mtp_forward(next, rows_, state_, model::LogitsMode::Last, &chain_, &best, &prob, vocab_);
   // The catch-up rows cost one head row per token however often the head drafts; its first
   // draft comes out of the same window.
-  if (rows > 1)
+  if (rows > 1) {
     d.catch_up_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
                          double(rows - 1) / double(rows);
+    d.catch_up_rows = int(rows - 1);
+  }
   rows_.clear();
   first_ = n;
   for (int j = 0; j < k && state_.n_past < state_.n_ctx(); ++j) {

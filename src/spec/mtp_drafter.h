@@ -51,6 +51,7 @@ class MtpDrafter {
     std::vector<int32_t> tokens;
     std::vector<float> probs;  // the head's probability for each drafted token
     double catch_up_seconds = 0;  // the catch-up window's share of the drafting time
+    int catch_up_rows = 0;        // its rows besides the one the first draft's step needed
   };
   // Up to k drafts after history.back() (at position history.size() - 1); history[p] is the
   // token at position p. Empty when the hidden state before the last token was not observed.

@@ -75,17 +75,18 @@ double SpecGate::expected_tokens(Source s, int k, std::span<const float> probs) 
   return expected;
 }
 
-double SpecGate::drafting_seconds(Source s, int k) const {
+double SpecGate::drafting_seconds(Source s, int k, std::span<const float> probs) const {
   const Ema& d = d_[size_t(s)];
   const Ema& c = c_[size_t(s)];
-  return (c.count > 0 ? c.value : 0.0) + double(k) * (d.count > 0 ? d.value : 0.0);
+  const double catch_up = c.count > 0 ? c.value * (expected_tokens(s, k, probs) - 1.0) : 0.0;
+  return catch_up + double(k) * (d.count > 0 ? d.value : 0.0);
 }
 
 double SpecGate::value(Source s, int k, std::span<const float> probs) const {
   if (k <= 0) return 1.0;
   const auto t1 = window_seconds(1), tk = window_seconds(k + 1);
   if (!t1 || *t1 <= 0) return 0.0;
-  const double cost = (*tk + drafting_seconds(s, k)) / *t1;
+  const double cost = (*tk + drafting_seconds(s, k, probs)) / *t1;
   return cost > 0 ? expected_tokens(s, k, probs) / cost : 0.0;
 }
 
@@ -97,7 +98,7 @@ double SpecGate::optimistic_value(Source s, int k, std::span<const float> probs,
   double floor = *t1;
   for (int n = 2; n <= std::min(k + 1, kMaxDepth + 1); ++n)
     if (t_[size_t(n)].count > 0) floor = std::max(floor, t_[size_t(n)].value);
-  return expected_tokens(s, k, probs) / ((floor + (drafting ? drafting_seconds(s, k) : 0.0)) / *t1);
+  return expected_tokens(s, k, probs) / ((floor + (drafting ? drafting_seconds(s, k, probs) : 0.0)) / *t1);
 }
 
 int SpecGate::best(Source s, int available, std::span<const float> probs, double* value_out) const {
@@ -159,7 +160,7 @@ Pick SpecGate::pick(Source s, int available, std::span<const float> probs) {
     if (optimistic_value(s, deeper, probs, true) <= 1.0) {
       // At worst such a probe costs its window and drafts less the token it yields anyway.
       const auto t1 = window_seconds(1), t = window_seconds(deeper + 1);
-      const double loss = t1 && t ? (*t + drafting_seconds(s, deeper)) / *t1 - 1.0 : 1.0;
+      const double loss = t1 && t ? (*t + drafting_seconds(s, deeper, probs)) / *t1 - 1.0 : 1.0;
       period = std::max(kProbeEveryHopeless, int64_t(std::ceil(loss / kHopelessProbeShare)));
     }
   }
@@ -192,9 +193,11 @@ void SpecGate::verified(Source s, int drafted, int accepted, std::span<const flo
   }
 }
 
-void SpecGate::drafted(Source s, int tokens, double seconds, double catch_up_seconds) {
+void SpecGate::drafted(Source s, int tokens, double seconds, double catch_up_seconds,
+                       int catch_up_rows) {
   if (tokens > 0 && seconds >= 0) d_[size_t(s)].add(seconds / double(tokens), kTimeMemory);
-  if (tokens > 0 && catch_up_seconds >= 0) c_[size_t(s)].add(catch_up_seconds, kTimeMemory);
+  if (tokens > 0 && catch_up_rows > 0 && catch_up_seconds >= 0)
+    c_[size_t(s)].add(catch_up_seconds / double(catch_up_rows), kTimeMemory);
 }
 
 }  // namespace strata::spec

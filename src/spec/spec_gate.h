@@ -9,11 +9,16 @@
 // an EMA (memory 8; unmeasured n are extrapolated from a fitted slope rho,
 // T(n) ~ T(1) (1 + rho (n - 1))). Nothing is drafted before T(1) has 3 timings. For k drafts
 //   E(k) = 1 + a1 + a1 a2 + ... + a1...ak     (tokens a window yields)
-//   cost(k) = (T(k + 1) + c + k d) / T(1)     (d: the source's drafting time per token, c: its
-//                                              catch-up time per drafted window)
+//   cost(k) = (T(k + 1) + c (E(k) - 1) + k d) / T(1)
+//                                             (d: the source's drafting time per token, c: its
+//                                              catch-up time per row)
 // and the pick is k = argmax E(k) / cost(k), drafting only when that beats 1. (DESIGN.md's
 // (k - 1) d assumes the first draft comes out of the verification window; here the MTP head runs
-// after it, so every draft and the catch-up are paid apart.) A probe now and
+// after it, so every draft and the catch-up are paid apart. The catch-up is one head row per token
+// the head has not seen, and a drafted window is followed by the E(k) tokens it kept, the first
+// of which the next draft's own step takes: E(k) - 1 rows a window when drafting goes on. Timed
+// per row, a catch-up after the head sat idle, up to 16 rows, is not charged to every window.)
+// A probe now and
 // then drafts deeper than the pick: every 4th pick the shallowest deeper window with fewer than 3
 // timings that could pay at the best cost the timings allow (T(n) grows slower than a line on an
 // expert-bound machine, so a slope fitted on T(2) alone would never let a deeper window be
@@ -91,9 +96,11 @@ class SpecGate {
   void window_done(int rows, double seconds);
   // A verification judged `drafted` drafts of source s and accepted the first `accepted`.
   void verified(Source s, int drafted, int accepted, std::span<const float> probs = {});
-  // Drafting `tokens` tokens from source s took `seconds`, besides `catch_up_seconds` of bringing
-  // the drafter up to the window's position (the MTP head's catch-up rows).
-  void drafted(Source s, int tokens, double seconds, double catch_up_seconds = 0);
+  // Drafting `tokens` tokens from source s took `seconds`, besides `catch_up_seconds` for
+  // `catch_up_rows` rows of bringing the drafter up to the window's position (the MTP head's
+  // catch-up).
+  void drafted(Source s, int tokens, double seconds, double catch_up_seconds = 0,
+               int catch_up_rows = 0);
 
   // Measured or estimated T(rows) in seconds; empty before T(1) is measured.
   std::optional<double> window_seconds(int rows) const;
@@ -108,7 +115,7 @@ class SpecGate {
   // The acceptance over every position of source s, the prior counting as kPriorWeight draws.
   double pooled_acceptance(Source s) const;
   double expected_tokens(Source s, int k, std::span<const float> probs) const;  // E(k)
-  double drafting_seconds(Source s, int k) const;  // c + k d
+  double drafting_seconds(Source s, int k, std::span<const float> probs) const;  // c (E(k) - 1) + k d
   int best(Source s, int available, std::span<const float> probs, double* value) const;
 
   GateOptions o_;

@@ -185,8 +185,9 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   counts_.draft_seconds += seconds;
   // d: the time per drafted token; the catch-up rows (the head's cache brought up to the window,
-  // one row per token since the head last drafted) are a cost per drafted window.
-  gate_.drafted(Source::Mtp, int(m.tokens.size()), seconds - m.catch_up_seconds, m.catch_up_seconds);
+  // one row per token since the head last drafted) are timed per row.
+  gate_.drafted(Source::Mtp, int(m.tokens.size()), seconds - m.catch_up_seconds, m.catch_up_seconds,
+                m.catch_up_rows);
   if (o_.mtp_acceptance_knob > 0 && !forced_next.empty()) {
     // Benchmark knob: the head's drafts replaced by the text's next tokens, each right with the
     // knob's probability given the ones before it were (its compute still ran above), and never
