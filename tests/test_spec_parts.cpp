@@ -169,27 +169,24 @@ TEST(SpecGate, DraftingTimeCountsInTheCost) {
 // The MTP head's catch-up is timed per row: one after the head sat idle (16 rows) is not what
 // every drafted window pays, which is a row per token the window before it kept.
 TEST(SpecGate, CatchUpIsTimedPerRow) {
-  SpecGate g({.max_depth = 2});
-  for (int i = 0; i < 3; ++i) {
-    g.window_done(1, 0.010);
-    g.window_done(2, 0.012);
-    g.window_done(3, 0.014);
-  }
-  for (int i = 0; i < 16; ++i) g.verified(Source::Mtp, 2, 2);
-  g.drafted(Source::Mtp, 2, 0.002, 0.016, 16);  // 1 ms a row
+  // Cheap windows, every draft accepted, then one draft whose catch-up took 16 ms over `rows`.
+  auto gate_after_catch_up = [](int rows) {
+    SpecGate g({.max_depth = 2});
+    for (int i = 0; i < 3; ++i) {
+      g.window_done(1, 0.010);
+      g.window_done(2, 0.012);
+      g.window_done(3, 0.014);
+    }
+    for (int i = 0; i < 16; ++i) g.verified(Source::Mtp, 2, 2);
+    g.drafted(Source::Mtp, 2, 0.002, 0.016, rows);
+    return g;
+  };
+  SpecGate g = gate_after_catch_up(16);  // 1 ms a row
   EXPECT_GT(g.best_value(Source::Mtp, 2), 1.5);
   EXPECT_EQ(g.pick(Source::Mtp, 2).depth, 2);
   // Charged whole to every window, those 16 ms would make drafting a loss: (14 + 16 + 2) / 10
   // against fewer than 3 tokens.
-  SpecGate whole({.max_depth = 2});
-  for (int i = 0; i < 3; ++i) {
-    whole.window_done(1, 0.010);
-    whole.window_done(2, 0.012);
-    whole.window_done(3, 0.014);
-  }
-  for (int i = 0; i < 16; ++i) whole.verified(Source::Mtp, 2, 2);
-  whole.drafted(Source::Mtp, 2, 0.002, 0.016, 1);
-  EXPECT_EQ(whole.best_value(Source::Mtp, 2), 1.0);
+  EXPECT_EQ(gate_after_catch_up(1).best_value(Source::Mtp, 2), 1.0);
 }
 
 TEST(SpecGate, DepthFollowsTheCostCurve) {
