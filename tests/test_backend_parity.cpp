@@ -203,7 +203,42 @@ TEST_P(Ops, FusedGatesEqualTheOpsTheyReplace) {
           k.ssm_decay(i[1], *d, *s, o.cols_view(H, H));
         });
   }
+  // The hyper-connection ops (qwen4exp), each against the ops it stands for: streams of n columns.
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t T = pick(rng, 1, 9), n = pick(rng, 1, 3000), S = pick(rng, 1, 5);
+    SCOPED_TRACE(::testing::Message() << "T " << T << " n " << n << " streams " << S);
+    const Floats x = normal_floats(size_t(T * S * n), draw * 10 + 1, 4.0f);
+    const Floats g = normal_floats(size_t(T * S * n), draw * 10 + 2, 4.0f);
+    const Floats out = normal_floats(size_t(T * n), draw * 10 + 3, 4.0f);
+    const Floats logits = normal_floats(size_t(T * S), draw * 10 + 4, 8.0f);
+    const float inv = 1.0f / float(S);
+    // The stream sum may cancel: its bound is its terms' (x * sigmoid within 2e-6 of |x| < 5 sigma).
+    expect_fused(
+        "mean_mul_sigmoid_streams", T, {{S * n, x}, {S * n, g}}, n, 2e-6 * 20,
+        [&](Backend& k, std::vector<Tensor>& i, Tensor o) { k.mean_mul_sigmoid_streams(i[0], i[1], S, o); },
+        [&](Backend& k, std::vector<Tensor>& i, Tensor o) { k.Backend::mean_mul_sigmoid_streams(i[0], i[1], S, o); });
+    expect_fused(
+        "inject_streams", T, {{S * n, x}, {n, out}, {S, logits}}, S * n, 2e-6 * 20,
+        [&](Backend& k, std::vector<Tensor>& i, Tensor o) {
+          k.copy(i[0], o);
+          k.inject_streams(o, i[1], i[2], inv);
+        },
+        [&](Backend& k, std::vector<Tensor>& i, Tensor o) {
+          k.copy(i[0], o);
+          k.Backend::inject_streams(o, i[1], i[2], inv);
+        });
+    expect_fused(
+        "scaled_silu", T, {{n, out}}, n, 1e-30,
+        [&](Backend& k, std::vector<Tensor>& i, Tensor o) { k.scaled_silu(i[0], inv, o); },
+        [&](Backend& k, std::vector<Tensor>& i, Tensor o) { k.Backend::scaled_silu(i[0], inv, o); });
+  }
   Tensor at = be().alloc(2, 8), yt = be().alloc(2, 8);
+  expect_throws_naming([&] { be().mean_mul_sigmoid_streams(at, yt, 3, at.cols_view(0, 2)); },
+                       "mean_mul_sigmoid_streams");
+  expect_throws_naming([&] { be().inject_streams(at, yt.cols_view(0, 3), yt.cols_view(3, 2), 1.0f); },
+                       "inject_streams");
+  expect_throws_naming([&] { be().scaled_silu(at, 1.0f, yt.rows_view(0, 1)); }, "scale");
   expect_throws_naming([&] { be().add_mul_sigmoid(yt, at, at.cols_view(0, 2)); }, "mul_sigmoid");
   HostTensor dt = f32_tensor("ssm_dt.bias", {8}, normal_floats(8, 1));
   const Weight dtw = be().weight(dt.info);
@@ -270,6 +305,35 @@ TEST_P(Ops, Norms) {
                     });
     expect_bitwise(r.rows, r.window, "signed_sqrt_dot: T rows vs one-row calls");
     expect_bitwise(r.window, r.cpu, "signed_sqrt_dot vs cpu");
+  }
+  // A gain per column (qwen4exp's streams): every group with its own slice of the gains, the bits
+  // of one call per group with that slice, at a narrow and a wide (one block a group) width.
+  for (const int64_t group : {int64_t(40), int64_t(2560)}) {
+    const int64_t T = 3, streams = 4, C = streams * group;
+    SCOPED_TRACE(::testing::Message() << "gain per column, group " << group);
+    const Floats x = normal_floats(size_t(T * C), uint64_t(group), 3.0f);
+    const Floats gains = normal_floats(size_t(C), uint64_t(group) + 1);
+    HostTensor gain = f32_tensor("hc_norm.weight", {C}, gains);
+    const Weight wb = be().weight(gain.info), wr = ref().weight(gain.info);
+    const RowwiseResult r = run_rowwise(be(), ref(), T, {{C, x}}, C,
+                                        [&](Backend& k, std::vector<Tensor>& i, Tensor o) {
+                                          k.rms_norm(i[0], &k == &ref() ? &wr : &wb, group, 1e-6f, o);
+                                        });
+    expect_bitwise(r.rows, r.window, "rms_norm, gain per column: T rows vs one-row calls");
+    expect_bitwise(r.window, r.cpu, "rms_norm, gain per column vs cpu");
+    std::vector<HostTensor> slices;
+    for (int64_t s = 0; s < streams; ++s)
+      slices.push_back(f32_tensor("hc_norm." + std::to_string(s) + ".weight", {group},
+                                  Floats(gains.begin() + s * group, gains.begin() + (s + 1) * group)));
+    Tensor xt = make(be(), T, C, x), yt = be().alloc(T, C);
+    for (int64_t s = 0; s < streams; ++s) {
+      const Weight ws = be().weight(slices[size_t(s)].info);
+      be().rms_norm(xt.cols_view(s * group, group), &ws, group, 1e-6f, yt.cols_view(s * group, group));
+    }
+    expect_bitwise(read(be(), yt), r.window, "rms_norm, gain per column vs group by group");
+    Tensor narrow = be().alloc(T, C / 2);
+    expect_throws_naming([&] { be().rms_norm(xt.cols_view(0, C / 2), &wb, group, 1e-6f, narrow); },
+                         "values but the group");
   }
   // In place, narrow and wide groups.
   for (const int64_t group : {32, 2048}) {

@@ -58,6 +58,61 @@ void Backend::matmuls(std::span<const Weight* const> ws, const Tensor& x, std::s
 
 namespace {
 
+std::string shape_of(const Tensor& t) { return cat("[", t.rows, " x ", t.cols, "]"); }
+
+bool spans_overlap(const Tensor& a, const Tensor& b) {
+  if (a.rows == 0 || a.cols == 0 || b.rows == 0 || b.cols == 0) return false;
+  return a.data < b.data + (b.rows - 1) * b.stride + b.cols &&
+         b.data < a.data + (a.rows - 1) * a.stride + a.cols;
+}
+
+// x [rows, streams * n] and a [rows, n] tensor `part` of one stream's width, apart in memory.
+void check_streams(const char* op, const Tensor& x, const char* part_name, const Tensor& part,
+                   int64_t streams) {
+  if (streams < 1 || part.cols < 1 || x.rows != part.rows || x.cols != streams * part.cols)
+    fail(op, ": ", part_name, " ", shape_of(part), " is not one of the ", streams, " streams of ",
+         shape_of(x));
+  if (spans_overlap(x, part)) fail(op, ": ", part_name, " overlaps the streams; this op cannot run in place");
+}
+
+}  // namespace
+
+void Backend::scaled_silu(const Tensor& x, float s, Tensor y) {
+  scale(x, s, y);
+  Tensor ones = alloc(y.rows, y.cols);
+  fill(ones, 1.0f);
+  swiglu(y, ones, y);
+  release(ones);
+}
+
+void Backend::mean_mul_sigmoid_streams(const Tensor& x, Tensor gate, int64_t streams, Tensor y) {
+  check_streams("mean_mul_sigmoid_streams", x, "y", y, streams);
+  check_streams("mean_mul_sigmoid_streams", gate, "y", y, streams);
+  mul_sigmoid(x, gate, gate);
+  const int64_t n = y.cols;
+  copy(gate.cols_view(0, n), y);
+  for (int64_t s = 1; s < streams; ++s) add(y, gate.cols_view(s * n, n), y);
+  scale(y, 1.0f / float(streams), y);
+}
+
+void Backend::inject_streams(Tensor x, const Tensor& out, Tensor logits, float logit_scale) {
+  const int64_t n = out.cols, streams = logits.cols;
+  check_streams("inject_streams", x, "out", out, streams);
+  if (logits.rows != x.rows || spans_overlap(x, logits))
+    fail("inject_streams: logits ", shape_of(logits), " need one row per row of x ", shape_of(x),
+         " and memory of their own");
+  scale(logits, logit_scale, logits);
+  Tensor part = alloc(out.rows, n);
+  for (int64_t s = 0; s < streams; ++s) {
+    mul_sigmoid(out, logits.cols_view(s, 1), part);
+    scale(part, 2.0f, part);
+    add(x.cols_view(s * n, n), part, x.cols_view(s * n, n));
+  }
+  release(part);
+}
+
+namespace {
+
 // The sequences' rows are in order, none empty or past the window or overlapping; their states
 // (state(i): one tensor of sequence i) are distinct and have one width and stride, and one row
 // count unless `rows_may_differ` (KV caches of different context sizes).

@@ -241,7 +241,8 @@ class Backend {
   // ys[i] = x ws[i]^T for each i: the matmuls of one x, which a backend may run as one launch
   // (the bits of the separate matmuls).
   virtual void matmuls(std::span<const Weight* const> ws, const Tensor& x, std::span<Tensor> ys);
-  // Per group of `group` columns: y = x / sqrt(mean(x^2) + eps) * w (w: F32 [group], or none).
+  // Per group of `group` columns: y = x / sqrt(mean(x^2) + eps) * w. w: F32 [group] (every group
+  // scaled alike), F32 [x.cols] (a gain per column: qwen4exp's streams, each with its own), or none.
   virtual void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) = 0;
   // Per group: y = x / sqrt(sum(x^2) + eps).
   virtual void l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) = 0;
@@ -267,6 +268,18 @@ class Backend {
   }
   // y = silu(gate) * up.
   virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor y) = 0;
+  // y = silu(x * s): swiglu(x * s, 1), the bits of scale then swiglu with an up of ones.
+  virtual void scaled_silu(const Tensor& x, float s, Tensor y);
+
+  // Hyper-connection ops (qwen4exp): a residual of `streams` streams of n columns side by side.
+  // y [rows, n] = (x_0 sigmoid(gate_0) + x_1 sigmoid(gate_1) + ...) * (1 / streams), x and gate
+  // [rows, streams * n], summed in stream order: the bits of mul_sigmoid, then copy, add stream
+  // by stream and scale. gate is scratch: a backend may leave it overwritten.
+  virtual void mean_mul_sigmoid_streams(const Tensor& x, Tensor gate, int64_t streams, Tensor y);
+  // For each stream s of x [rows, streams * n]: x_s += (out * sigmoid(logits[:, s] * logit_scale))
+  // * 2, out [rows, n], logits [rows, streams]: the bits of scale, then mul_sigmoid by the row's
+  // gate, scale by 2 and add, stream by stream. logits is scratch: a backend may leave it scaled.
+  virtual void inject_streams(Tensor x, const Tensor& out, Tensor logits, float logit_scale);
   // Each row of x is n_groups groups, each the concatenation of parts of the given widths;
   // outs[i] receives part i of every group, contiguous (e.g. per-head [q | gate] -> q, gate).
   virtual void split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> widths,

@@ -20,55 +20,41 @@ struct Mixer {
 };
 
 // Qwen4ExpTextGatedResidual.forward: returns mixed_input [T, n]; with inject, *inject_logits
-// receives block_inject_weight(normed) / hc_count, [T, hc] (injection weights = 2 sigmoid of it).
+// receives block_inject_weight(normed), [T, hc] (injection weights = 2 sigmoid of it / hc_count).
 Tensor mix(Window& w, const Tensor& x, const Mixer& m, Tensor* inject_logits) {
   backend::Backend& be = w.be;
   const int64_t n = w.c.n_embd, hc = w.c.hc_count, rows = x.rows;
   const Tensor xn = norm_streams(w, x, m.norm);  // hc_norm(hyper_input)
-  // silu(input_mix_weight_down(normed) / hc_count)
-  Tensor low = w.tmp(rows, w.c.hc_lowrank), ones = w.tmp(rows, w.c.hc_lowrank);
-  be.matmul(m.down, xn, low);
-  be.scale(low, 1.0f / float(hc), low);
-  be.fill(ones, 1.0f);
-  be.swiglu(low, ones, low);
-  // sigmoid(input_mix_weight_up(...)) * normed, then the mean over the streams
-  Tensor up = w.tmp(rows, hc * n);
-  be.matmul(m.up, low, up);
-  be.mul_sigmoid(xn, up, up);
-  Tensor mixed = w.tmp(rows, n);
-  be.copy(up.cols_view(0, n), mixed);
-  for (int64_t s = 1; s < hc; ++s) be.add(mixed, up.cols_view(s * n, n), mixed);
-  be.scale(mixed, 1.0f / float(hc), mixed);
+  // input_mix_weight_down(normed) and block_inject_weight(normed): one activation, one launch
+  Tensor low = w.tmp(rows, w.c.hc_lowrank);
   if (m.inject) {
     *inject_logits = w.tmp(rows, hc);
-    be.matmul(*m.inject, xn, *inject_logits);  // block_inject_weight(normed)
-    be.scale(*inject_logits, 1.0f / float(hc), *inject_logits);
+    const Weight* weights[] = {&m.down, m.inject};
+    Tensor outs[] = {low, *inject_logits};
+    be.matmuls(weights, xn, outs);
+  } else {
+    be.matmul(m.down, xn, low);
   }
+  be.scaled_silu(low, 1.0f / float(hc), low);  // silu(... / hc_count)
+  // (sigmoid(input_mix_weight_up(...)) * normed).mean over the streams
+  Tensor up = w.tmp(rows, hc * n), mixed = w.tmp(rows, n);
+  be.matmul(m.up, low, up);
+  be.mean_mul_sigmoid_streams(xn, up, hc, mixed);
   return mixed;
 }
 
-// hidden_states = hyper_input + (out.unsqueeze(-2) * injection_weights.unsqueeze(-1)).flatten(-2)
-void inject(Window& w, Tensor x, const Tensor& out, const Tensor& inject_logits) {
-  const int64_t n = w.c.n_embd;
-  Tensor part = w.tmp(out.rows, n);
-  for (int64_t s = 0; s < w.c.hc_count; ++s) {
-    w.be.mul_sigmoid(out, inject_logits.cols_view(s, 1), part);  // out * sigmoid(z_s)
-    w.be.scale(part, 2.0f, part);                                 // ... * 2
-    w.be.add(x.cols_view(s * n, n), part, x.cols_view(s * n, n));
-  }
+// hidden_states = hyper_input + (out.unsqueeze(-2) * injection_weights.unsqueeze(-1)).flatten(-2),
+// injection_weights = 2 sigmoid(inject_logits / hc_count)
+void inject(Window& w, Tensor x, const Tensor& out, Tensor inject_logits) {
+  w.be.inject_streams(x, out, inject_logits, 1.0f / float(w.c.hc_count));
 }
 
 }  // namespace
 
 Tensor norm_streams(Window& w, const Tensor& x, const Weight& gain) {
-  const int64_t n = w.c.n_embd;
   Tensor y = w.tmp(x.rows, x.cols);
-  for (int64_t s = 0; s < w.c.hc_count; ++s) {
-    // Stream s's gains: n values of the [hc_count * n] vector, a one-row weight of their own.
-    const Weight g{gain.type, static_cast<const float*>(gain.data) + s * n, n, 1,
-                   size_t(n) * sizeof(float)};
-    w.be.rms_norm(x.cols_view(s * n, n), &g, n, float(w.c.rms_eps), y.cols_view(s * n, n));
-  }
+  // Each stream of n_embd columns normed alone, with its own n_embd of the gains.
+  w.be.rms_norm(x, &gain, w.c.n_embd, float(w.c.rms_eps), y);
   return y;
 }
 

@@ -35,18 +35,21 @@ void rms_norm(ThreadPool& pool, const Tensor& x, const Weight* w, int64_t group,
   constexpr const char* op = "rms_norm";
   const int64_t n_groups = check_groups(op, x, group, y);
   const float* wf = nullptr;
+  int64_t w_step = 0;  // 0: one gain for every group; group: a gain per column
   if (w) {
     require(w->type == quant::Type::F32 && w->data, op, "the weight must be F32 with data");
-    require(w->rows * w->cols == group, op, "the weight has ", w->rows * w->cols,
-            " values but the group is ", group);
+    const int64_t values = w->rows * w->cols;
+    require(values == group || values == x.cols, op, "the weight has ", values,
+            " values but the group is ", group, " and x has ", x.cols, " columns");
     wf = static_cast<const float*>(w->data);
+    w_step = values == group ? 0 : group;
   }
   const VecKernels& v = vec();
   for_groups(pool, x, n_groups, [&](int64_t r, int64_t g) {
     const float* xg = x.data + r * x.stride + g * group;
     float* yg = y.data + r * y.stride + g * group;
     const float mean = v.sum_squares(xg, group) / float(group);
-    v.scale_mul(xg, 1.0f / std::sqrt(mean + eps), wf, yg, group);
+    v.scale_mul(xg, 1.0f / std::sqrt(mean + eps), wf ? wf + g * w_step : nullptr, yg, group);
   });
 }
 

@@ -240,6 +240,9 @@ class CudaBackend : public Backend {
   void mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) override;
   void add_mul_sigmoid(Tensor y, Tensor x, const Tensor& gate) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor y) override;
+  void scaled_silu(const Tensor& x, float s, Tensor y) override;
+  void mean_mul_sigmoid_streams(const Tensor& x, Tensor gate, int64_t streams, Tensor y) override;
+  void inject_streams(Tensor x, const Tensor& out, Tensor logits, float logit_scale) override;
   void split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> widths,
                     std::span<Tensor> outs) override;
   void rope_neox(Tensor x, const Ids& positions, int64_t head_dim, int64_t rope_dim,

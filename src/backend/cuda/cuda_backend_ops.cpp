@@ -62,14 +62,17 @@ void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, floa
   require(group > 0 && x.cols % group == 0, op, "group ", group, " does not divide the ", x.cols,
           " columns of x");
   const float* wf = nullptr;
+  int64_t w_step = 0;  // 0: one gain for every group; group: a gain per column
   if (w) {
     check_f32_weight(op, *w);
-    require(w->rows * w->cols == group, op, "the weight has ", w->rows * w->cols,
-            " values but the group is ", group);
+    const int64_t values = w->rows * w->cols;
+    require(values == group || values == x.cols, op, "the weight has ", values,
+            " values but the group is ", group, " and x has ", x.cols, " columns");
     impl_->check_device_weight(op, "the weight", *w);
     wf = static_cast<const float*>(w->data);
+    w_step = values == group ? 0 : group;
   }
-  detail::launch_rms_norm(impl_->ctx, x, wf, group, eps, y);
+  detail::launch_rms_norm(impl_->ctx, x, wf, w_step, group, eps, y);
 }
 
 void CudaBackend::l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) {
@@ -165,6 +168,49 @@ void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor y) {
   check_same_shape(op, "gate", gate, "up", up);
   check_same_shape(op, "gate", gate, "y", y);
   detail::launch_swiglu(impl_->ctx, gate, up, y);
+}
+
+void CudaBackend::scaled_silu(const Tensor& x, float s, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  constexpr const char* op = "scaled_silu";
+  check_tensor(op, "x", x);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  detail::launch_scaled_silu(impl_->ctx, x, s, y);
+}
+
+void CudaBackend::mean_mul_sigmoid_streams(const Tensor& x, Tensor gate, int64_t streams,
+                                           Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  constexpr const char* op = "mean_mul_sigmoid_streams";
+  check_tensor(op, "x", x);
+  check_tensor(op, "gate", gate);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "gate", gate);
+  require(streams >= 1 && y.cols >= 1 && y.rows == x.rows && x.cols == streams * y.cols, op, "y ",
+          shape(y), " is not one of the ", streams, " streams of ", shape(x));
+  check_no_overlap(op, "x", x, "y", y);
+  check_no_overlap(op, "gate", gate, "y", y);
+  detail::launch_mean_mul_sigmoid_streams(impl_->ctx, x, gate, streams, y);
+}
+
+void CudaBackend::inject_streams(Tensor x, const Tensor& out, Tensor logits, float logit_scale) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  constexpr const char* op = "inject_streams";
+  check_tensor(op, "x", x);
+  check_tensor(op, "out", out);
+  check_tensor(op, "logits", logits);
+  const int64_t streams = logits.cols;
+  require(streams >= 1 && out.cols >= 1 && out.rows == x.rows && x.cols == streams * out.cols, op,
+          "out ", shape(out), " is not one of the ", streams, " streams of ", shape(x));
+  require(logits.rows == x.rows, op, "logits ", shape(logits), " need one row per row of x ",
+          shape(x));
+  check_no_overlap(op, "x", x, "out", out);
+  check_no_overlap(op, "x", x, "logits", logits);
+  detail::launch_inject_streams(impl_->ctx, x, out, logits, logit_scale);
 }
 
 void CudaBackend::split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> widths,

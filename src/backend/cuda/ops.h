@@ -54,6 +54,11 @@ void launch_mul_sigmoid(const DeviceContext& ctx, const Tensor& x, const Tensor&
 void launch_add_mul_sigmoid(const DeviceContext& ctx, Tensor y, const Tensor& x,
                             const Tensor& gate);
 void launch_swiglu(const DeviceContext& ctx, const Tensor& gate, const Tensor& up, Tensor y);
+void launch_scaled_silu(const DeviceContext& ctx, const Tensor& x, float s, Tensor y);
+void launch_mean_mul_sigmoid_streams(const DeviceContext& ctx, const Tensor& x, const Tensor& gate,
+                                     int64_t streams, Tensor y);
+void launch_inject_streams(const DeviceContext& ctx, Tensor x, const Tensor& out,
+                           const Tensor& logits, float logit_scale);
 
 constexpr int kMaxSplitParts = 8;
 struct SplitParts {
@@ -68,8 +73,8 @@ void launch_split_groups(const DeviceContext& ctx, const Tensor& x, int64_t n_gr
 // ops_norm.cu -------------------------------------------------------------------------------------
 
 // w: `group` floats or null.
-void launch_rms_norm(const DeviceContext& ctx, const Tensor& x, const float* w, int64_t group,
-                     float eps, Tensor y);
+void launch_rms_norm(const DeviceContext& ctx, const Tensor& x, const float* w, int64_t w_step,
+                     int64_t group, float eps, Tensor y);
 // x += delta, then y = rms_norm(x, w) over x's columns, in one kernel, for the widths
 // fuses_add_rms_norm accepts (w: x.cols floats).
 bool fuses_add_rms_norm(int64_t cols);

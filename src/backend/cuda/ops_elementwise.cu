@@ -84,6 +84,37 @@ __global__ void swiglu_kernel(Mat gate, Mat up, Mat y, int64_t rows) {
                [&](int64_t r, int64_t c) { y.at(r, c) = swiglu_value(gate.at(r, c), up.at(r, c)); });
 }
 
+__global__ void scaled_silu_kernel(Mat x, float s, Mat y, int64_t rows) {
+  await_previous_kernel();
+  for_elements(rows, x.cols,
+               [&](int64_t r, int64_t c) { y.at(r, c) = swiglu_value(__fmul_rn(x.at(r, c), s), 1.0f); });
+}
+
+// y = (x_0 sigmoid(gate_0) + ... + x_{S-1} sigmoid(gate_{S-1})) * inv, streams n = y.cols wide,
+// added in stream order.
+__global__ void mean_mul_sigmoid_streams_kernel(Mat x, Mat gate, int64_t streams, float inv, Mat y,
+                                                int64_t rows) {
+  await_previous_kernel();
+  for_elements(rows, y.cols, [&](int64_t r, int64_t c) {
+    float sum = __fmul_rn(x.at(r, c), sigmoid_value(gate.at(r, c)));
+    for (int64_t s = 1; s < streams; ++s) {
+      const int64_t cs = s * y.cols + c;
+      sum = __fadd_rn(sum, __fmul_rn(x.at(r, cs), sigmoid_value(gate.at(r, cs))));
+    }
+    y.at(r, c) = __fmul_rn(sum, inv);
+  });
+}
+
+// x[:, s n + c] += (out[:, c] * sigmoid(logits[:, s] * logit_scale)) * 2.
+__global__ void inject_streams_kernel(Mat x, Mat out, Mat logits, float logit_scale, int64_t rows) {
+  await_previous_kernel();
+  for_elements(rows, x.cols, [&](int64_t r, int64_t c) {
+    const int64_t n = out.cols, s = c / n;
+    const float gate = sigmoid_value(__fmul_rn(logits.at(r, s), logit_scale));
+    x.at(r, c) = __fadd_rn(x.at(r, c), __fmul_rn(__fmul_rn(out.at(r, c - s * n), gate), 2.0f));
+  });
+}
+
 // Column c of x's row belongs to group c / group_width, part by the offset inside the group.
 __global__ void split_groups_kernel(Mat x, int64_t rows, int64_t group_width, SplitParts parts) {
   await_previous_kernel();
@@ -156,6 +187,28 @@ void launch_swiglu(const DeviceContext& ctx, const Tensor& gate, const Tensor& u
   launch_kernel(swiglu_kernel, grid(ctx, gate), kThreads, 0, ctx.stream, mat(gate), mat(up), mat(y),
                 gate.rows);
   STRATA_CUDA_CHECK_LAUNCH("swiglu_kernel");
+}
+
+void launch_scaled_silu(const DeviceContext& ctx, const Tensor& x, float s, Tensor y) {
+  if (empty(x)) return;
+  launch_kernel(scaled_silu_kernel, grid(ctx, x), kThreads, 0, ctx.stream, mat(x), s, mat(y), x.rows);
+  STRATA_CUDA_CHECK_LAUNCH("scaled_silu_kernel");
+}
+
+void launch_mean_mul_sigmoid_streams(const DeviceContext& ctx, const Tensor& x, const Tensor& gate,
+                                     int64_t streams, Tensor y) {
+  if (empty(y)) return;
+  launch_kernel(mean_mul_sigmoid_streams_kernel, grid(ctx, y), kThreads, 0, ctx.stream, mat(x),
+                mat(gate), streams, 1.0f / float(streams), mat(y), y.rows);
+  STRATA_CUDA_CHECK_LAUNCH("mean_mul_sigmoid_streams_kernel");
+}
+
+void launch_inject_streams(const DeviceContext& ctx, Tensor x, const Tensor& out,
+                           const Tensor& logits, float logit_scale) {
+  if (empty(x)) return;
+  launch_kernel(inject_streams_kernel, grid(ctx, x), kThreads, 0, ctx.stream, mat(x), mat(out),
+                mat(logits), logit_scale, x.rows);
+  STRATA_CUDA_CHECK_LAUNCH("inject_streams_kernel");
 }
 
 void launch_split_groups(const DeviceContext& ctx, const Tensor& x, int64_t n_groups,

@@ -1,6 +1,7 @@
 // Norms and the PLE gate: one half-warp per group. The sums run in the CPU's lane order
 // (half_warp_dot), and the rest is the CPU's expressions with IEEE division and square root, so
-// these ops are bitwise the CPU backend's.
+// these ops are bitwise the CPU backend's. A norm's gains for group g start at w + g * w_step
+// (w_step 0: every group has w's).
 #include <cmath>
 
 #include "backend/cuda/check.h"
@@ -36,7 +37,7 @@ __device__ __forceinline__ void for_half_warp_groups(int64_t rows, int64_t n_gro
 
 __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride, int64_t rows,
                                 int64_t n_groups, int64_t group, const float* __restrict__ w,
-                                float eps, float* y, int64_t y_stride) {
+                                int64_t w_step, float eps, float* y, int64_t y_stride) {
   await_previous_kernel();
   for_half_warp_groups(rows, n_groups, [&](int64_t r, int64_t g, bool valid) {
     const float* xg = x + r * x_stride + g * group;
@@ -45,9 +46,10 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride, i
     const float mean = __fdiv_rn(ss, float(group));
     const float s = __fdiv_rn(1.0f, sqrtf(__fadd_rn(mean, eps)));
     float* yg = y + r * y_stride + g * group;
+    const float* wg = w ? w + g * w_step : nullptr;
     for (int64_t i = threadIdx.x & 15; i < group; i += 16) {
       const float v = __fmul_rn(xg[i], s);
-      yg[i] = w ? __fmul_rn(v, w[i]) : v;
+      yg[i] = wg ? __fmul_rn(v, wg[i]) : v;
     }
   });
 }
@@ -61,7 +63,8 @@ template <bool kAddDelta>
 __global__ void __launch_bounds__(kThreads)
     rms_norm_wide_kernel(float* x, int64_t x_stride, const float* __restrict__ delta,
                          int64_t delta_stride, int64_t rows, int64_t n_groups, int64_t group,
-                         const float* __restrict__ w, float eps, float* y, int64_t y_stride) {
+                         const float* __restrict__ w, int64_t w_step, float eps, float* y,
+                         int64_t y_stride) {
   await_previous_kernel();
   extern __shared__ float xs[];
   __shared__ float scale;
@@ -97,17 +100,18 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     const float s = scale;
     float* yg = y + r * y_stride + g * group;
+    const float* wg = w ? w + g * w_step : nullptr;
     for (int64_t i0 = threadIdx.x; i0 < group; i0 += kBatch * kThreads) {
       float wv[kBatch];
 #pragma unroll
       for (int k = 0; k < kBatch; ++k)
-        wv[k] = w && i0 + k * kThreads < group ? w[i0 + k * kThreads] : 1.0f;
+        wv[k] = wg && i0 + k * kThreads < group ? wg[i0 + k * kThreads] : 1.0f;
 #pragma unroll
       for (int k = 0; k < kBatch; ++k) {
         const int64_t i = i0 + k * kThreads;
         if (i >= group) break;
         const float v = __fmul_rn(xs[i], s);
-        yg[i] = w ? __fmul_rn(v, wv[k]) : v;
+        yg[i] = wg ? __fmul_rn(v, wv[k]) : v;
       }
     }
     __syncthreads();  // xs and scale are read before the next group writes them
@@ -151,20 +155,20 @@ int grid(const DeviceContext& ctx, int64_t units) {
 
 }  // namespace
 
-void launch_rms_norm(const DeviceContext& ctx, const Tensor& x, const float* w, int64_t group,
-                     float eps, Tensor y) {
+void launch_rms_norm(const DeviceContext& ctx, const Tensor& x, const float* w, int64_t w_step,
+                     int64_t group, float eps, Tensor y) {
   const int64_t n_groups = x.cols / group;
   if (x.rows == 0 || n_groups == 0) return;
   if (group >= kWideGroup && group <= kWideGroupMax) {
     launch_kernel(rms_norm_wide_kernel<false>,
                   grid_for(x.rows * n_groups, 1, ctx.limits.max_blocks), kThreads,
                   size_t(group) * sizeof(float), ctx.stream, x.data, x.stride, nullptr, 0, x.rows,
-                  n_groups, group, w, eps, y.data, y.stride);
+                  n_groups, group, w, w_step, eps, y.data, y.stride);
     STRATA_CUDA_CHECK_LAUNCH("rms_norm_wide_kernel");
     return;
   }
   launch_kernel(rms_norm_kernel, grid(ctx, x.rows * n_groups), kThreads, 0, ctx.stream, x.data,
-                x.stride, x.rows, n_groups, group, w, eps, y.data, y.stride);
+                x.stride, x.rows, n_groups, group, w, w_step, eps, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("rms_norm_kernel");
 }
 
@@ -175,7 +179,7 @@ void launch_add_rms_norm(const DeviceContext& ctx, Tensor x, const Tensor& delta
   if (x.rows == 0) return;
   launch_kernel(rms_norm_wide_kernel<true>, grid_for(x.rows, 1, ctx.limits.max_blocks), kThreads,
                 size_t(x.cols) * sizeof(float), ctx.stream, x.data, x.stride, delta.data,
-                delta.stride, x.rows, int64_t(1), x.cols, w, eps, y.data, y.stride);
+                delta.stride, x.rows, int64_t(1), x.cols, w, int64_t(0), eps, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("rms_norm_wide_kernel<add>");
 }
 
