@@ -203,6 +203,54 @@ TEST_P(Ops, FusedGatesEqualTheOpsTheyReplace) {
           k.ssm_decay(i[1], *d, *s, o.cols_view(H, H));
         });
   }
+  // The DeltaNet's fused norms and the MoE's residual add, each against the ops it stands for.
+  for (uint64_t draw : kDraws) {
+    Rng rng(draw);
+    const int64_t T = pick(rng, 1, 9), group = pick(rng, 1, 200), heads = pick(rng, 1, 8);
+    const int64_t C = group * heads, q_cols = group * pick(rng, 0, heads);
+    SCOPED_TRACE(::testing::Message() << "T " << T << " group " << group << " heads " << heads);
+    const Floats x = normal_floats(size_t(T * C), draw * 10 + 1, 4.0f);
+    const Floats z = normal_floats(size_t(T * C), draw * 10 + 2, 4.0f);
+    const float q_scale = 1.0f / std::sqrt(float(group));
+    expect_fused(
+        "qk_l2_norm", T, {{C, x}}, C, 1e-30,
+        [&](Backend& k, std::vector<Tensor>& i, Tensor o) { k.qk_l2_norm(i[0], group, 1e-6f, q_cols, q_scale, o); },
+        [&](Backend& k, std::vector<Tensor>& i, Tensor o) {
+          k.l2_norm(i[0], group, 1e-6f, o);
+          k.scale(o.cols_view(0, q_cols), q_scale, o.cols_view(0, q_cols));
+        });
+    HostTensor gain = f32_tensor("ssm_norm.weight", {group}, normal_floats(size_t(group), draw * 10 + 3));
+    const Weight gain_b = be().weight(gain.info), gain_r = ref().weight(gain.info);
+    for (const OutputGate kind : {OutputGate::Silu, OutputGate::Sigmoid})
+      expect_fused(
+          kind == OutputGate::Silu ? "rms_norm_gated silu" : "rms_norm_gated sigmoid", T,
+          {{C, x}, {C, z}}, C, 1e-30,
+          [&](Backend& k, std::vector<Tensor>& i, Tensor o) {
+            k.copy(i[0], o);
+            k.rms_norm_gated(o, &k == &ref() ? gain_r : gain_b, group, 1e-6f, i[1], kind);
+          },
+          [&](Backend& k, std::vector<Tensor>& i, Tensor o) {
+            k.copy(i[0], o);
+            k.rms_norm(o, &k == &ref() ? &gain_r : &gain_b, group, 1e-6f, o);
+            if (kind == OutputGate::Silu)
+              k.swiglu(i[1], o, o);
+            else
+              k.mul_sigmoid(o, i[1], o);
+          });
+    const Floats y = normal_floats(size_t(T * C), draw * 10 + 4, 4.0f);
+    const Floats g1 = normal_floats(size_t(T), draw * 10 + 5, 4.0f);
+    expect_fused(
+        "add_mul_sigmoid_residual", T, {{C, x}, {C, y}, {C, z}, {1, g1}}, C, 2e-6 * 40,
+        [](Backend& k, std::vector<Tensor>& i, Tensor o) {
+          k.copy(i[0], o);
+          k.add_mul_sigmoid_residual(o, i[1], i[2], i[3]);
+        },
+        [](Backend& k, std::vector<Tensor>& i, Tensor o) {
+          k.copy(i[0], o);
+          k.add_mul_sigmoid(i[1], i[2], i[3]);
+          k.add(o, i[1], o);
+        });
+  }
   // The hyper-connection ops (qwen4exp), each against the ops it stands for: streams of n columns.
   for (uint64_t draw : kDraws) {
     Rng rng(draw);
@@ -239,6 +287,12 @@ TEST_P(Ops, FusedGatesEqualTheOpsTheyReplace) {
   expect_throws_naming([&] { be().inject_streams(at, yt.cols_view(0, 3), yt.cols_view(3, 2), 1.0f); },
                        "inject_streams");
   expect_throws_naming([&] { be().scaled_silu(at, 1.0f, yt.rows_view(0, 1)); }, "scale");
+  expect_throws_naming([&] { be().qk_l2_norm(at, 4, 1e-6f, 9, 1.0f, yt); }, "qk_l2_norm");
+  HostTensor gain = f32_tensor("ssm_norm.weight", {4}, normal_floats(4, 1));
+  const Weight gain_w = be().weight(gain.info);
+  expect_throws_naming([&] { be().rms_norm_gated(at, gain_w, 4, 1e-6f, yt.cols_view(0, 4), OutputGate::Silu); },
+                       "gate");
+  expect_throws_naming([&] { be().add_mul_sigmoid_residual(at.rows_view(0, 1), yt, at, at); }, "add");
   expect_throws_naming([&] { be().add_mul_sigmoid(yt, at, at.cols_view(0, 2)); }, "mul_sigmoid");
   HostTensor dt = f32_tensor("ssm_dt.bias", {8}, normal_floats(8, 1));
   const Weight dtw = be().weight(dt.info);

@@ -77,6 +77,23 @@ void check_streams(const char* op, const Tensor& x, const char* part_name, const
 
 }  // namespace
 
+void Backend::qk_l2_norm(const Tensor& x, int64_t group, float eps, int64_t q_cols, float q_scale,
+                         Tensor y) {
+  if (q_cols < 0 || q_cols > x.cols)
+    fail("qk_l2_norm: ", q_cols, " columns of q in x ", shape_of(x));
+  l2_norm(x, group, eps, y);
+  scale(y.cols_view(0, q_cols), q_scale, y.cols_view(0, q_cols));
+}
+
+void Backend::rms_norm_gated(Tensor x, const Weight& w, int64_t group, float eps,
+                             const Tensor& gate, OutputGate kind) {
+  rms_norm(x, &w, group, eps, x);
+  if (kind == OutputGate::Silu)
+    swiglu(gate, x, x);
+  else
+    mul_sigmoid(x, gate, x);
+}
+
 void Backend::scaled_silu(const Tensor& x, float s, Tensor y) {
   scale(x, s, y);
   Tensor ones = alloc(y.rows, y.cols);

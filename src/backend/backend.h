@@ -69,6 +69,10 @@ struct ExpertWeights {
 // the qk heads per r, Qwen3.5-MoE and qwen4exp).
 enum class HeadRepeat { Interleaved, Tiled };
 
+// The output gate after the DeltaNet's norm: silu(z) (Qwen3-Next, Qwen3.5-MoE) or sigmoid(z)
+// (qwen4exp's output_gate_type).
+enum class OutputGate { Silu, Sigmoid };
+
 // The q/k head value head h reads: (h / div) % mod.
 struct QkHeadMap {
   int64_t div, mod;
@@ -246,6 +250,14 @@ class Backend {
   virtual void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) = 0;
   // Per group: y = x / sqrt(sum(x^2) + eps).
   virtual void l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) = 0;
+  // The delta rule's q and k side by side in x: l2_norm over every group, then the first q_cols
+  // columns (q) scaled by q_scale; the bits of l2_norm then scale.
+  virtual void qk_l2_norm(const Tensor& x, int64_t group, float eps, int64_t q_cols, float q_scale,
+                          Tensor y);
+  // The DeltaNet's gated norm in place: x = rms_norm(x, w) per group, then x = silu(gate) * x
+  // (swiglu(gate, x)) or x * sigmoid(gate) (mul_sigmoid(x, gate)); the bits of the two ops.
+  virtual void rms_norm_gated(Tensor x, const Weight& w, int64_t group, float eps,
+                              const Tensor& gate, OutputGate kind);
   // Per group g of `group` columns: y[r, g] = sign(d) sqrt(max(|d|, 1e-6)), d = scale * (a . b)
   // over the group; y has one column per group (qwen4exp's PLE stream gates).
   virtual void signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t group, float scale,
@@ -265,6 +277,13 @@ class Backend {
   virtual void add_mul_sigmoid(Tensor y, Tensor x, const Tensor& gate) {
     mul_sigmoid(x, gate, x);
     add(y, x, y);
+  }
+  // add_mul_sigmoid(y, x, gate), then the residual add after it: residual += y (the MoE's shared
+  // expert into the routed sum, and the block's output into the hidden state), in one op where a
+  // backend can; the bits of the two.
+  virtual void add_mul_sigmoid_residual(Tensor residual, Tensor y, Tensor x, const Tensor& gate) {
+    add_mul_sigmoid(y, x, gate);
+    add(residual, y, residual);
   }
   // y = silu(gate) * up.
   virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor y) = 0;

@@ -161,7 +161,7 @@ void routed_experts(Window& w, int64_t il, const Tensor& x, const backend::Ids& 
 
 }  // namespace
 
-Tensor moe(Window& w, int64_t il, const Tensor& x) {
+Tensor moe(Window& w, int64_t il, const Tensor& x, Tensor* residual) {
   const LayerWeights& L = w.w.layers[size_t(il)];
   backend::Backend& be = w.be;
   Tensor logits = w.tmp(w.T, w.c.n_expert);
@@ -200,7 +200,10 @@ Tensor moe(Window& w, int64_t il, const Tensor& x) {
     }
     routed_experts(w, il, x, ids, weights, controlled ? &*controlled : nullptr, y);  // self.experts(...)
   }
-  if (!shared_expert) return y;
+  if (!shared_expert) {
+    if (residual) be.add(*residual, y, *residual);
+    return y;
+  }
   // shared_expert_output = self.shared_expert(hidden_states)
   Tensor gate = w.tmp(w.T, w.c.n_ff_shexp), up = w.tmp(w.T, w.c.n_ff_shexp);
   const backend::Weight* ws[] = {&L.ffn_gate_shexp, &L.ffn_up_shexp};
@@ -209,8 +212,11 @@ Tensor moe(Window& w, int64_t il, const Tensor& x) {
   be.swiglu(gate, up, gate);  // act_fn(gate_proj(x)) * up_proj(x)
   Tensor shared = w.tmp(w.T, w.c.n_embd);
   be.matmul(L.ffn_down_shexp, gate, shared);  // down_proj(...)
-  // F.sigmoid(shared_gate) * shared_expert_output
-  be.add_mul_sigmoid(y, shared, shared_gate);  // expert_output + shared_expert_output
+  // expert_output + F.sigmoid(shared_gate) * shared_expert_output
+  if (residual)
+    be.add_mul_sigmoid_residual(*residual, y, shared, shared_gate);
+  else
+    be.add_mul_sigmoid(y, shared, shared_gate);
   return y;
 }
 

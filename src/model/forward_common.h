@@ -128,7 +128,8 @@ GatedQuery gated_query(Window& w, int64_t il, const Tensor& x);
 Tensor gated_output(Window& w, int64_t il, Tensor o, const Tensor& gate);
 
 // SparseMoeBlock: softmax router, top-k experts from the ExpertSource, plus the shared expert
-// scaled by sigmoid(shared_expert_gate(x)) when the layer has one.
-Tensor moe(Window& w, int64_t il, const Tensor& x);
+// scaled by sigmoid(shared_expert_gate(x)) when the layer has one. With a residual, the block's
+// output is also added into it (residual + mlp(x)), in the op that adds the shared expert.
+Tensor moe(Window& w, int64_t il, const Tensor& x, Tensor* residual = nullptr);
 
 }  // namespace strata::model

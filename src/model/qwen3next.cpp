@@ -116,10 +116,8 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   be.ssm_gates(b, a, L.ssm_dt, L.ssm_a, beta, g);
   // torch_*_gated_delta_rule(use_qk_l2norm_in_kernel=True): l2norm(q), l2norm(k), q * dk^-0.5
   Tensor qkn = w.tmp(w.T, 2 * kd);
-  be.l2_norm(conv.cols_view(0, 2 * kd), s, 1e-6f, qkn);
-  Tensor qn = qkn.cols_view(0, kd);
-  const Tensor kn = qkn.cols_view(kd, kd);
-  be.scale(qn, 1.0f / std::sqrt(float(s)), qn);
+  be.qk_l2_norm(conv.cols_view(0, 2 * kd), s, 1e-6f, kd, 1.0f / std::sqrt(float(s)), qkn);
+  const Tensor qn = qkn.cols_view(0, kd), kn = qkn.cols_view(kd, kd);
   Tensor core = w.tmp(w.T, vd);
   // q and k stay at their Gk heads: the op reads head g of value head h as the reference's
   // repeat_interleave (Qwen3-Next) or tile (the others) would have put it there.
@@ -129,11 +127,9 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   be.gated_delta_rule_sequences(qn, kn, v, g, beta, sequence_states(w, il, &LayerState::ssm), gv,
                                 repeat, core);
   w.dump("gdn_core", il, core);
-  be.rms_norm(core, &L.ssm_norm, s, float(c.rms_eps), core);  // self.norm(core_attn_out, z) ...
-  if (c.arch == Arch::Qwen4Exp)
-    be.mul_sigmoid(core, z, core);  // ... * sigmoid(z)
-  else
-    be.swiglu(z, core, core);  // ... * silu(z)
+  // self.norm(core_attn_out, z): rms_norm, then * silu(z), or * sigmoid(z) for qwen4exp
+  be.rms_norm_gated(core, L.ssm_norm, s, float(c.rms_eps), z,
+                    c.arch == Arch::Qwen4Exp ? backend::OutputGate::Sigmoid : backend::OutputGate::Silu);
   Tensor out = w.tmp(w.T, c.n_embd);
   be.matmul(L.ssm_out, core, out);  // out_proj(core_attn_out)
   return out;
@@ -150,9 +146,8 @@ void qwen3next_layer(Window& w, int64_t il, Tensor x) {
   h = add_norm(w, x, a, L.post_attention_norm);  // residual + ...; post_attention_layernorm(...)
   w.dump("ffn_inp", il, x);
   w.dump("ffn_norm", il, h);
-  Tensor m = moe(w, il, h);  // mlp(hidden_states)
+  Tensor m = moe(w, il, h, &x);  // residual + mlp(hidden_states)
   w.dump("moe_out", il, m);
-  w.be.add(x, m, x);  // residual + hidden_states
 }
 
 }  // namespace strata::model

@@ -231,6 +231,10 @@ class CudaBackend : public Backend {
                std::span<Tensor> ys) override;
   void rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) override;
   void l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) override;
+  void qk_l2_norm(const Tensor& x, int64_t group, float eps, int64_t q_cols, float q_scale,
+                  Tensor y) override;
+  void rms_norm_gated(Tensor x, const Weight& w, int64_t group, float eps, const Tensor& gate,
+                      OutputGate kind) override;
   void signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t group, float scale,
                        Tensor y) override;
   void add(const Tensor& a, const Tensor& b, Tensor y) override;
@@ -239,6 +243,7 @@ class CudaBackend : public Backend {
   void scale(const Tensor& x, float s, Tensor y) override;
   void mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) override;
   void add_mul_sigmoid(Tensor y, Tensor x, const Tensor& gate) override;
+  void add_mul_sigmoid_residual(Tensor residual, Tensor y, Tensor x, const Tensor& gate) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor y) override;
   void scaled_silu(const Tensor& x, float s, Tensor y) override;
   void mean_mul_sigmoid_streams(const Tensor& x, Tensor gate, int64_t streams, Tensor y) override;

@@ -87,6 +87,39 @@ void CudaBackend::l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) {
   detail::launch_l2_norm(impl_->ctx, x, group, eps, y);
 }
 
+void CudaBackend::qk_l2_norm(const Tensor& x, int64_t group, float eps, int64_t q_cols,
+                             float q_scale, Tensor y) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  constexpr const char* op = "qk_l2_norm";
+  check_tensor(op, "x", x);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  require(group > 0 && x.cols % group == 0, op, "group ", group, " does not divide the ", x.cols,
+          " columns of x");
+  require(q_cols >= 0 && q_cols <= x.cols, op, q_cols, " columns of q in x ", shape(x));
+  detail::launch_l2_norm(impl_->ctx, x, group, eps, y, q_cols, q_scale);
+}
+
+void CudaBackend::rms_norm_gated(Tensor x, const Weight& w, int64_t group, float eps,
+                                 const Tensor& gate, OutputGate kind) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  constexpr const char* op = "rms_norm_gated";
+  check_tensor(op, "x", x);
+  check_tensor(op, "gate", gate);
+  check_same_shape(op, "x", x, "gate", gate);
+  check_no_overlap(op, "x", x, "gate", gate);
+  require(group > 0 && x.cols % group == 0, op, "group ", group, " does not divide the ", x.cols,
+          " columns of x");
+  check_f32_weight(op, w);
+  require(w.rows * w.cols == group, op, "the weight has ", w.rows * w.cols,
+          " values but the group is ", group);
+  impl_->check_device_weight(op, "the weight", w);
+  detail::launch_rms_norm(impl_->ctx, x, static_cast<const float*>(w.data), 0, group, eps, x,
+                          {gate.data, gate.stride, kind});
+}
+
 void CudaBackend::signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t group, float scale,
                                   Tensor y) {
   if (impl_->graphs.replaying()) return;
@@ -117,7 +150,7 @@ void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor y) {
 
 void CudaBackend::add_rms_norm(Tensor x, const Tensor& delta, const Weight& w, float eps,
                                Tensor y) {
-  if (!detail::fuses_add_rms_norm(x.cols)) return Backend::add_rms_norm(x, delta, w, eps, y);
+  if (!detail::fuses_wide_rms_norm(x.cols)) return Backend::add_rms_norm(x, delta, w, eps, y);
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
   constexpr const char* op = "add_rms_norm";
@@ -156,6 +189,18 @@ void CudaBackend::add_mul_sigmoid(Tensor y, Tensor x, const Tensor& gate) {
   impl_->graphs.count_op(__func__);
   check_sigmoid_gate("add_mul_sigmoid", x, gate, y);
   detail::launch_add_mul_sigmoid(impl_->ctx, y, x, gate);
+}
+
+void CudaBackend::add_mul_sigmoid_residual(Tensor residual, Tensor y, Tensor x, const Tensor& gate) {
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  constexpr const char* op = "add_mul_sigmoid_residual";
+  check_sigmoid_gate(op, x, gate, y);
+  check_tensor(op, "residual", residual);
+  check_same_shape(op, "residual", residual, "y", y);
+  check_no_overlap(op, "residual", residual, "y", y);
+  check_no_overlap(op, "residual", residual, "x", x);
+  detail::launch_add_mul_sigmoid(impl_->ctx, y, x, gate, &residual);
 }
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor y) {

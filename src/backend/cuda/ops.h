@@ -51,8 +51,9 @@ void launch_scale(const DeviceContext& ctx, const Tensor& x, float s, Tensor y);
 // gate: x's shape, or one column (per_row).
 void launch_mul_sigmoid(const DeviceContext& ctx, const Tensor& x, const Tensor& gate, Tensor y);
 // y += x * sigmoid(gate); gate as for launch_mul_sigmoid.
-void launch_add_mul_sigmoid(const DeviceContext& ctx, Tensor y, const Tensor& x,
-                            const Tensor& gate);
+// residual (when given) += y after the add: add_mul_sigmoid_residual.
+void launch_add_mul_sigmoid(const DeviceContext& ctx, Tensor y, const Tensor& x, const Tensor& gate,
+                            const Tensor* residual = nullptr);
 void launch_swiglu(const DeviceContext& ctx, const Tensor& gate, const Tensor& up, Tensor y);
 void launch_scaled_silu(const DeviceContext& ctx, const Tensor& x, float s, Tensor y);
 void launch_mean_mul_sigmoid_streams(const DeviceContext& ctx, const Tensor& x, const Tensor& gate,
@@ -72,15 +73,25 @@ void launch_split_groups(const DeviceContext& ctx, const Tensor& x, int64_t n_gr
 
 // ops_norm.cu -------------------------------------------------------------------------------------
 
-// w: `group` floats or null.
+// An output gate applied after a norm (rms_norm_gated): none while p is null, else gate rows of
+// the normed tensor's shape at p, `stride` apart.
+struct NormGate {
+  const float* p = nullptr;
+  int64_t stride = 0;
+  backend::OutputGate kind = backend::OutputGate::Silu;
+};
+// w: null, or group g's gains at w + g * w_step (w_step 0: the same `group` floats for every
+// group). Wide groups (fuses_wide_rms_norm) take a block each unless gated.
 void launch_rms_norm(const DeviceContext& ctx, const Tensor& x, const float* w, int64_t w_step,
-                     int64_t group, float eps, Tensor y);
+                     int64_t group, float eps, Tensor y, NormGate gate = {});
+bool fuses_wide_rms_norm(int64_t group);
 // x += delta, then y = rms_norm(x, w) over x's columns, in one kernel, for the widths
-// fuses_add_rms_norm accepts (w: x.cols floats).
-bool fuses_add_rms_norm(int64_t cols);
+// fuses_wide_rms_norm accepts (w: x.cols floats).
 void launch_add_rms_norm(const DeviceContext& ctx, Tensor x, const Tensor& delta, const float* w,
                          float eps, Tensor y);
-void launch_l2_norm(const DeviceContext& ctx, const Tensor& x, int64_t group, float eps, Tensor y);
+// l2_norm per group; the first q_cols columns then scaled by q_scale (qk_l2_norm).
+void launch_l2_norm(const DeviceContext& ctx, const Tensor& x, int64_t group, float eps, Tensor y,
+                    int64_t q_cols = 0, float q_scale = 1.0f);
 void launch_signed_sqrt_dot(const DeviceContext& ctx, const Tensor& a, const Tensor& b,
                             int64_t group, float scale, Tensor y);
 

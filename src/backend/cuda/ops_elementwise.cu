@@ -69,12 +69,16 @@ __global__ void mul_sigmoid_kernel(Mat x, Mat gate, bool per_row, Mat y, int64_t
   });
 }
 
-// y += x * sigmoid(gate) (mul_sigmoid then add, in one pass: the same bits).
-__global__ void add_mul_sigmoid_kernel(Mat y, Mat x, Mat gate, bool per_row, int64_t rows) {
+// y += x * sigmoid(gate) (mul_sigmoid then add, in one pass: the same bits), then residual += y
+// where residual.p is set.
+__global__ void add_mul_sigmoid_kernel(Mat y, Mat x, Mat gate, bool per_row, Mat residual,
+                                       int64_t rows) {
   await_previous_kernel();
   for_elements(rows, x.cols, [&](int64_t r, int64_t c) {
     const float g = gate.at(r, per_row ? 0 : c);
-    y.at(r, c) = __fadd_rn(y.at(r, c), __fmul_rn(x.at(r, c), sigmoid_value(g)));
+    const float sum = __fadd_rn(y.at(r, c), __fmul_rn(x.at(r, c), sigmoid_value(g)));
+    y.at(r, c) = sum;
+    if (residual.p) residual.at(r, c) = __fadd_rn(residual.at(r, c), sum);
   });
 }
 
@@ -174,11 +178,12 @@ void launch_mul_sigmoid(const DeviceContext& ctx, const Tensor& x, const Tensor&
   STRATA_CUDA_CHECK_LAUNCH("mul_sigmoid_kernel");
 }
 
-void launch_add_mul_sigmoid(const DeviceContext& ctx, Tensor y, const Tensor& x,
-                            const Tensor& gate) {
+void launch_add_mul_sigmoid(const DeviceContext& ctx, Tensor y, const Tensor& x, const Tensor& gate,
+                            const Tensor* residual) {
   if (empty(x)) return;
   launch_kernel(add_mul_sigmoid_kernel, grid(ctx, x), kThreads, 0, ctx.stream, mat(y), mat(x),
-                mat(gate), gate.cols == 1 && x.cols != 1, x.rows);
+                mat(gate), gate.cols == 1 && x.cols != 1, residual ? mat(*residual) : Mat{},
+                x.rows);
   STRATA_CUDA_CHECK_LAUNCH("add_mul_sigmoid_kernel");
 }
 

@@ -35,9 +35,10 @@ __device__ __forceinline__ void for_half_warp_groups(int64_t rows, int64_t n_gro
   }
 }
 
-__global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride, int64_t rows,
-                                int64_t n_groups, int64_t group, const float* __restrict__ w,
-                                int64_t w_step, float eps, float* y, int64_t y_stride) {
+// With an output gate (rms_norm_gated), y then takes the gate: silu(gate) * y or y * sigmoid(gate).
+__global__ void rms_norm_kernel(const float* x, int64_t x_stride, int64_t rows, int64_t n_groups,
+                                int64_t group, const float* __restrict__ w, int64_t w_step,
+                                float eps, float* y, int64_t y_stride, NormGate gate) {
   await_previous_kernel();
   for_half_warp_groups(rows, n_groups, [&](int64_t r, int64_t g, bool valid) {
     const float* xg = x + r * x_stride + g * group;
@@ -47,9 +48,12 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride, i
     const float s = __fdiv_rn(1.0f, sqrtf(__fadd_rn(mean, eps)));
     float* yg = y + r * y_stride + g * group;
     const float* wg = w ? w + g * w_step : nullptr;
+    const float* gg = gate.p ? gate.p + r * gate.stride + g * group : nullptr;
     for (int64_t i = threadIdx.x & 15; i < group; i += 16) {
-      const float v = __fmul_rn(xg[i], s);
-      yg[i] = wg ? __fmul_rn(v, wg[i]) : v;
+      float v = __fmul_rn(xg[i], s);
+      if (wg) v = __fmul_rn(v, wg[i]);
+      if (gg) v = gate.kind == backend::OutputGate::Silu ? swiglu_value(gg[i], v) : __fmul_rn(v, sigmoid_value(gg[i]));
+      yg[i] = v;
     }
   });
 }
@@ -118,9 +122,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Columns below q_cols are then scaled by q_scale (qk_l2_norm; 0 for a plain l2_norm).
 __global__ void l2_norm_kernel(const float* __restrict__ x, int64_t x_stride, int64_t rows,
                                int64_t n_groups, int64_t group, float eps, float* y,
-                               int64_t y_stride) {
+                               int64_t y_stride, int64_t q_cols, float q_scale) {
   await_previous_kernel();
   for_half_warp_groups(rows, n_groups, [&](int64_t r, int64_t g, bool valid) {
     const float* xg = x + r * x_stride + g * group;
@@ -128,7 +133,10 @@ __global__ void l2_norm_kernel(const float* __restrict__ x, int64_t x_stride, in
     if (!valid) return;
     const float s = __fdiv_rn(1.0f, sqrtf(__fadd_rn(ss, eps)));
     float* yg = y + r * y_stride + g * group;
-    for (int64_t i = threadIdx.x & 15; i < group; i += 16) yg[i] = __fmul_rn(xg[i], s);
+    for (int64_t i = threadIdx.x & 15; i < group; i += 16) {
+      const float v = __fmul_rn(xg[i], s);
+      yg[i] = g * group + i < q_cols ? __fmul_rn(v, q_scale) : v;
+    }
   });
 }
 
@@ -156,10 +164,10 @@ int grid(const DeviceContext& ctx, int64_t units) {
 }  // namespace
 
 void launch_rms_norm(const DeviceContext& ctx, const Tensor& x, const float* w, int64_t w_step,
-                     int64_t group, float eps, Tensor y) {
+                     int64_t group, float eps, Tensor y, NormGate gate) {
   const int64_t n_groups = x.cols / group;
   if (x.rows == 0 || n_groups == 0) return;
-  if (group >= kWideGroup && group <= kWideGroupMax) {
+  if (!gate.p && fuses_wide_rms_norm(group)) {
     launch_kernel(rms_norm_wide_kernel<false>,
                   grid_for(x.rows * n_groups, 1, ctx.limits.max_blocks), kThreads,
                   size_t(group) * sizeof(float), ctx.stream, x.data, x.stride, nullptr, 0, x.rows,
@@ -168,11 +176,11 @@ void launch_rms_norm(const DeviceContext& ctx, const Tensor& x, const float* w, 
     return;
   }
   launch_kernel(rms_norm_kernel, grid(ctx, x.rows * n_groups), kThreads, 0, ctx.stream, x.data,
-                x.stride, x.rows, n_groups, group, w, w_step, eps, y.data, y.stride);
+                x.stride, x.rows, n_groups, group, w, w_step, eps, y.data, y.stride, gate);
   STRATA_CUDA_CHECK_LAUNCH("rms_norm_kernel");
 }
 
-bool fuses_add_rms_norm(int64_t cols) { return cols >= kWideGroup && cols <= kWideGroupMax; }
+bool fuses_wide_rms_norm(int64_t group) { return group >= kWideGroup && group <= kWideGroupMax; }
 
 void launch_add_rms_norm(const DeviceContext& ctx, Tensor x, const Tensor& delta, const float* w,
                          float eps, Tensor y) {
@@ -183,11 +191,12 @@ void launch_add_rms_norm(const DeviceContext& ctx, Tensor x, const Tensor& delta
   STRATA_CUDA_CHECK_LAUNCH("rms_norm_wide_kernel<add>");
 }
 
-void launch_l2_norm(const DeviceContext& ctx, const Tensor& x, int64_t group, float eps, Tensor y) {
+void launch_l2_norm(const DeviceContext& ctx, const Tensor& x, int64_t group, float eps, Tensor y,
+                    int64_t q_cols, float q_scale) {
   const int64_t n_groups = x.cols / group;
   if (x.rows == 0 || n_groups == 0) return;
   launch_kernel(l2_norm_kernel, grid(ctx, x.rows * n_groups), kThreads, 0, ctx.stream, x.data,
-                x.stride, x.rows, n_groups, group, eps, y.data, y.stride);
+                x.stride, x.rows, n_groups, group, eps, y.data, y.stride, q_cols, q_scale);
   STRATA_CUDA_CHECK_LAUNCH("l2_norm_kernel");
 }
 
