@@ -51,7 +51,7 @@ try:
 except ValueError as e:
     print("  no JSON:", e); sys.exit()
 keys = ("hit_rate", "stall_ms_per_token", "h2d_gb_per_s", "gb_per_s_read", "bytes_read_per_token",
-        "read_ahead_accuracy", "host_hit_rate")
+        "read_ahead_accuracy", "host_hit_rate", "handshake_us")
 for phase in ("prefill", "decode"):
     p = j[phase]
     extra = p.get("backend", {})

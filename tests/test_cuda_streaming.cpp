@@ -234,8 +234,14 @@ void expect_streamed_equals_resident(const std::string& arch, uint64_t seed) {
       EXPECT_GT(s.h2d_seconds, 0.0);
       if (slots < tiny.records) { EXPECT_GT(s.evictions, 0u); }
       if (slots <= 3) { EXPECT_GT(s.chunked_layers, 0u) << "the 64-row window needs chunks"; }
+      EXPECT_GT(s.handshakes, 0u) << "every streamed layer is a handshake";
+      EXPECT_GT(s.handshake_seconds, 0.0);
     }
   }
+  // Device time per host step: the wait for the host's answer is a part of the step.
+  const backend::BackendCounters c = gpu.counters();
+  EXPECT_GE(c.host_steps, c.handshakes);
+  EXPECT_GE(c.host_step_seconds, c.handshake_seconds);
 }
 
 TEST_F(CudaStreaming, Qwen3MoeStreamedEqualsResidentBitwiseAtEveryBudget) {

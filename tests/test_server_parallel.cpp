@@ -258,6 +258,7 @@ TEST_F(ServerParallel, TheExpertCachePanelReadsTheCacheBetweenWindows) {
   EXPECT_DOUBLE_EQ(rate, double(done["hits"].get<uint64_t>()) /
                              double(done["hits"].get<uint64_t>() + done["misses"].get<uint64_t>()));
   EXPECT_EQ(done["h2d_bytes"], 0u) << "host expert slots: nothing is copied to a device";
+  EXPECT_EQ(done["handshakes"], 0u) << "CPU windows: no device waits for the host";
   // /metrics exports the same counters (nothing runs between the two readings).
   const auto m = testing::scrape_metrics(server.port());
   EXPECT_EQ(m.at("strata_expert_cache_hits_total"), double(done["hits"].get<uint64_t>()));
@@ -265,6 +266,8 @@ TEST_F(ServerParallel, TheExpertCachePanelReadsTheCacheBetweenWindows) {
   EXPECT_EQ(m.at("strata_expert_cache_read_bytes_total"), double(done["bytes_read"].get<uint64_t>()));
   EXPECT_EQ(m.at("strata_expert_cache_evictions_total"), double(done["evictions"].get<uint64_t>()));
   EXPECT_EQ(m.at("strata_expert_cache_h2d_bytes_total"), 0.0);
+  EXPECT_EQ(m.at("strata_expert_cache_handshakes_total"), 0.0);
+  EXPECT_EQ(m.at("strata_expert_cache_handshake_seconds_total"), 0.0);
   EXPECT_GE(m.at("strata_expert_cache_stall_seconds_total"), 0.0);
   for (const json& r : replies) {
     ASSERT_TRUE(r.contains("timings")) << r.dump();

@@ -309,9 +309,13 @@ TEST(StreamingModel, GenerationTelemetryReportsTheCacheOnlyWhenExpertsStream) {
   EXPECT_NE(decode::format_telemetry(r.telemetry).find("cache hit "), std::string::npos);
   EXPECT_FALSE(r.telemetry.h2d_gb_per_s) << "host slots: no copies";
   EXPECT_EQ(decode::format_telemetry(r.telemetry).find("h2d"), std::string::npos);
+  EXPECT_FALSE(r.telemetry.handshake_us) << "CPU windows: no device waits for the host";
+  EXPECT_EQ(decode::format_telemetry(r.telemetry).find("handshake"), std::string::npos);
   decode::Telemetry copied = r.telemetry;
   copied.h2d_gb_per_s = 12.5;
-  EXPECT_NE(decode::format_telemetry(copied).find("ms/tok | h2d 12.5 GB/s"), std::string::npos)
+  copied.handshake_us = 9.84;
+  EXPECT_NE(decode::format_telemetry(copied).find("ms/tok | h2d 12.5 GB/s | handshake 9.8 us"),
+            std::string::npos)
       << decode::format_telemetry(copied);
 }
 

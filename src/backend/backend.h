@@ -120,6 +120,14 @@ struct BackendCounters {
   // Windows of a recordable key run before its recording replays (op by op, or captured): one-time
   // costs, not what the key's windows take (SpecGate leaves them out of T(n)).
   uint64_t warming_windows = 0;
+  // Host steps inside windows (begin_host_step), timed on the device: `host_step_seconds` from
+  // the end of the work queued before each step to the end of the step's own; `handshake_seconds`
+  // the part of it the device waited for the host's answer, from that point to the first op the
+  // host queued after reading device memory (`handshakes` such steps). CUDA only.
+  uint64_t host_steps = 0;
+  double host_step_seconds = 0;
+  uint64_t handshakes = 0;
+  double handshake_seconds = 0;
   // Per op, when the backend profiles (CUDA: STRATA_CUDA_PROFILE=1, windows run op by op).
   std::map<std::string, OpTime> op_times;
   uint64_t profiled_windows_discarded = 0;  // windows that read back mid-way (timings unusable)

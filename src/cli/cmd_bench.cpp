@@ -73,6 +73,14 @@ nlohmann::ordered_json backend_json(int64_t tokens, const backend::BackendCounte
       {"graph_kernels_per_token", double(after.graph_kernels - before.graph_kernels) * per_token},
       {"graph_captures", after.graph_captures - before.graph_captures},
       {"warming_windows", after.warming_windows - before.warming_windows}};
+  // Host steps (the expert cache's handshakes, route controls): device time per step, and the
+  // part of it spent waiting for the host's answer.
+  if (const uint64_t steps = after.host_steps - before.host_steps; steps > 0) {
+    j["host_steps_per_token"] = double(steps) * per_token;
+    j["host_step_us"] = (after.host_step_seconds - before.host_step_seconds) * 1e6 / double(steps);
+    if (const uint64_t answered = after.handshakes - before.handshakes; answered > 0)
+      j["handshake_us"] = (after.handshake_seconds - before.handshake_seconds) * 1e6 / double(answered);
+  }
   if (after.op_times.empty()) return j;
   // The op profile (STRATA_CUDA_PROFILE=1): device time per op family, slowest first.
   std::vector<std::pair<std::string, backend::OpTime>> ops;
@@ -132,6 +140,9 @@ nlohmann::ordered_json phase_json(int64_t tokens, double seconds, const std::opt
   j["host_hit_rate"] = c.host_hit_rate();
   j["host_hits"] = c.host_hits;
   j["host_reads"] = c.host_reads;
+  // The per-layer handshakes of device windows: the device's wait for the host's answer.
+  j["handshakes_per_token"] = double(c.handshakes) * per_token;
+  j["handshake_us"] = c.handshake_us();
   j["read_ahead_accuracy"] = c.read_ahead_accuracy();
   j["read_ahead_skipped"] = c.read_ahead_skipped;
   // Bytes read ahead that became hits per byte read ahead, and the guesses its value cap held back.

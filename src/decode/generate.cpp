@@ -36,6 +36,7 @@ void fill_cache_telemetry(Telemetry& tm, const experts::CacheStats& d) {
   if (d.h2d_bytes > 0 && d.h2d_seconds > 0)
     tm.h2d_gb_per_s = double(d.h2d_bytes) / d.h2d_seconds / 1e9;
   if (d.host_hits + d.host_reads > 0) tm.host_hit_rate = d.host_hit_rate();
+  if (d.handshakes > 0) tm.handshake_us = d.handshake_us();
 }
 
 void GenerateParams::validate() const {
@@ -71,6 +72,8 @@ std::string format_telemetry(const Telemetry& t) {
              t.host_hit_rate
                  ? " | host tier " + number_or_dash(*t.host_hit_rate * 100.0, "%.1f%%") + " of misses"
                  : std::string(),
+             t.handshake_us ? " | handshake " + number_or_dash(t.handshake_us, "%.1f") + " us"
+                            : std::string(),
              t.spec ? " | " + spec::format_report(*t.spec) : std::string());
 }
 

@@ -65,6 +65,7 @@ struct Telemetry {
   std::optional<double> stall_ms_per_token;
   std::optional<double> h2d_gb_per_s;  // copies into device expert slots, over the copy time
   std::optional<double> host_hit_rate;  // device misses the host tier answered (0..1)
+  std::optional<double> handshake_us;   // device time waiting for the host per layer's handshake
   std::optional<spec::Report> spec;  // when speculation is on
 
   std::optional<double> prefill_tok_per_s() const;
@@ -74,7 +75,8 @@ struct Telemetry {
 // "prompt 42 tok, prefill 512.3 tok/s | 64 tok, decode 23.1 tok/s | cache hit - | ssd - GB/s |
 // stall - ms/tok"; ", 120 reused" follows the prompt count when the state was reused, and
 // " | h2d 21.3 GB/s" the stall when decode copied experts into device slots, then
-// " | host tier 97.5% of misses" with a host tier.
+// " | host tier 97.5% of misses" with a host tier, " | handshake 9.8 us" where windows ran on a
+// device.
 std::string format_telemetry(const Telemetry& t);
 
 // The expert cache's share of the decode phase, from its counters over that phase (`tm`'s

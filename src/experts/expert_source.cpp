@@ -70,6 +70,10 @@ double CacheStats::host_hit_rate() const {
   return misses == 0 ? 0.0 : double(host_hits) / double(misses);
 }
 
+double CacheStats::handshake_us() const {
+  return handshakes == 0 ? 0.0 : handshake_seconds * 1e6 / double(handshakes);
+}
+
 CacheStats CacheStats::since(const CacheStats& e) const {
   CacheStats d;
   d.hits = hits - e.hits;
@@ -91,6 +95,8 @@ CacheStats CacheStats::since(const CacheStats& e) const {
   d.h2d_seconds = h2d_seconds - e.h2d_seconds;
   d.host_hits = host_hits - e.host_hits;
   d.host_reads = host_reads - e.host_reads;
+  d.handshakes = handshakes - e.handshakes;
+  d.handshake_seconds = handshake_seconds - e.handshake_seconds;
   return d;
 }
 
@@ -103,18 +109,22 @@ std::string CacheStats::summary() const {
   if (host_hits + host_reads > 0)
     std::snprintf(host, sizeof host, ", host tier %llu hits (%.1f%% of misses), %llu reads",
                   (unsigned long long)host_hits, host_hit_rate() * 100.0, (unsigned long long)host_reads);
-  char buf[640];
+  char handshake[96] = "";
+  if (handshakes > 0)
+    std::snprintf(handshake, sizeof handshake, ", %llu handshakes at %.1f us",
+                  (unsigned long long)handshakes, handshake_us());
+  char buf[768];
   std::snprintf(
       buf, sizeof buf,
       "expert cache: %llu hits, %llu misses (%.1f%%), %.1f MB read at %.2f GB/s, stall "
       "%.1f ms, read-ahead %llu reads guessed %.1f%% of routed experts (%llu guesses not "
-      "read), %.1f%% of its bytes became hits (%llu reads capped), %llu chunked layers%s%s, %llu evictions",
+      "read), %.1f%% of its bytes became hits (%llu reads capped), %llu chunked layers%s%s%s, %llu evictions",
       (unsigned long long)hits, (unsigned long long)misses, hit_rate() * 100.0,
       double(bytes_read) / 1e6, read_seconds > 0 ? double(bytes_read) / read_seconds / 1e9 : 0.0,
       stall_seconds * 1e3, (unsigned long long)read_ahead_reads, read_ahead_accuracy() * 100.0,
       (unsigned long long)read_ahead_skipped, read_ahead_value() * 100.0,
       (unsigned long long)read_ahead_capped, (unsigned long long)chunked_layers, h2d, host,
-      (unsigned long long)evictions);
+      handshake, (unsigned long long)evictions);
   return buf;
 }
 

@@ -46,6 +46,10 @@ struct CacheStats {
   double h2d_seconds = 0;          // copy-engine time of those copies
   uint64_t host_hits = 0;   // misses of the device arena that the host tier held (no read)
   uint64_t host_reads = 0;  // records read from the pack into the host tier (misses, read-ahead)
+  // The per-layer handshakes of windows on a device (BackendCounters): how many, and the device
+  // time spent waiting for the host's answer (0 where slots are host memory).
+  uint64_t handshakes = 0;
+  double handshake_seconds = 0;
 
   double hit_rate() const;             // 0..1, 0 without lookups
   double read_ahead_accuracy() const;  // read_ahead_predicted / read_ahead_routed
@@ -54,6 +58,8 @@ struct CacheStats {
   double read_ahead_value() const;
   // host_hits / misses: the device misses the host tier answered; 0 without misses.
   double host_hit_rate() const;
+  // Microseconds of device time per handshake; 0 without handshakes.
+  double handshake_us() const;
   // These counters minus `earlier`'s (the work between two snapshots).
   CacheStats since(const CacheStats& earlier) const;
   // "expert cache: 812 hits, 40 misses (95.3%), 8.6 MB read at 1.20 GB/s, stall 12.0 ms,

@@ -42,7 +42,8 @@ std::vector<Layout> pack_layouts(const Pack& pack) {
 StreamingSource::StreamingSource(std::vector<Layout> layouts, int n_experts,
                                  uint64_t max_record_bytes, std::unique_ptr<RecordIo> io,
                                  const StreamingOptions& o)
-    : layouts_(std::move(layouts)),
+    : backend_(o.backend),
+      layouts_(std::move(layouts)),
       n_experts_(n_experts),
       read_ahead_(o.read_ahead),
       read_ahead_credit_(kReadAheadCredit) {
@@ -436,6 +437,11 @@ std::optional<CacheStats> StreamingSource::stats() const {
     s.host_hits = t.hits;
     s.host_reads = t.reads;
     s.stall_seconds += t.stall_seconds;
+  }
+  if (backend_) {
+    const backend::BackendCounters b = backend_->counters();
+    s.handshakes = b.handshakes;
+    s.handshake_seconds = b.handshake_seconds;
   }
   return s;
 }

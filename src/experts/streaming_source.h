@@ -93,6 +93,7 @@ class StreamingSource : public ExpertSource {
   void run(int layer, std::span<const int32_t> ids, bool whole, const GroupFn& fn);
 
   std::unique_ptr<Pack> pack_;  // when the source owns it: outlives io_
+  backend::Backend* backend_;   // whose slots (null: host memory); its counters time the handshakes
   std::vector<Layout> layouts_;
   int n_experts_;
   bool read_ahead_;

@@ -23,6 +23,8 @@ void expert_cache(const decode::LoadedModel& model, const httplib::Request&, htt
     out["evictions"] = s.evictions;
     out["h2d_bytes"] = s.h2d_bytes;
     out["h2d_seconds"] = s.h2d_seconds;
+    out["handshakes"] = s.handshakes;
+    out["handshake_seconds"] = s.handshake_seconds;
     out["host_hits"] = s.host_hits;
     out["host_reads"] = s.host_reads;
     out["read_ahead_bytes"] = s.read_ahead_bytes;

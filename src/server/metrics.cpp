@@ -106,6 +106,11 @@ void render_expert_cache(std::string& out, const experts::CacheStats& c) {
          "Device cache misses the host tier held (copied without a read).", double(c.host_hits));
   metric(out, "strata_expert_cache_host_reads_total", "counter",
          "Records read from the pack into the host tier.", double(c.host_reads));
+  metric(out, "strata_expert_cache_handshakes_total", "counter",
+         "Per-layer handshakes of windows on a device (the routing read, the misses resolved).",
+         double(c.handshakes));
+  metric(out, "strata_expert_cache_handshake_seconds_total", "counter",
+         "Device time those handshakes waited for the host's answer.", c.handshake_seconds);
 }
 
 }  // namespace

@@ -221,7 +221,7 @@ void CudaBackend::upload(const float* host, Tensor dst) {
 
 void CudaBackend::download(const Tensor& src, float* host) {
   check_tensor("download", "src", src);
-  impl_->graphs.check_no_readback("download");
+  impl_->graphs.readback("download");
   if (src.rows == 0 || src.cols == 0) return;
   const size_t width = size_t(src.cols) * sizeof(float);
   STRATA_CUDA_CHECK(cudaMemcpy2DAsync(host, width, src.data, size_t(src.stride) * sizeof(float),
@@ -276,7 +276,7 @@ void CudaBackend::upload_ids(const int32_t* host, Ids dst) {
 
 void CudaBackend::download_ids(const Ids& src, int32_t* host) {
   check_ids("download_ids", "src", src);
-  impl_->graphs.check_no_readback("download_ids");
+  impl_->graphs.readback("download_ids");
   if (src.size() == 0) return;
   STRATA_CUDA_CHECK(cudaMemcpyAsync(host, src.data, size_t(src.size()) * sizeof(int32_t),
                                     cudaMemcpyDeviceToHost, impl_->ctx.stream));

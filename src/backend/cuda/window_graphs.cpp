@@ -41,6 +41,10 @@ WindowGraphs::WindowGraphs(const cuda::detail::DeviceContext& ctx) : ctx_(ctx), 
 
 WindowGraphs::~WindowGraphs() {
   cudaStreamSynchronize(ctx_.stream);
+  for (const StepTiming& t : timed_steps_)
+    for (cudaEvent_t e : {t.start, t.answered, t.end})
+      if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
   drop_graphs();
   destroy(capturing_);
   if (arena_) cudaFree(arena_);
@@ -79,6 +83,7 @@ void WindowGraphs::grow_arena() {
 
 void WindowGraphs::begin(uint64_t key) {
   if (mode_ != Mode::Outside) fail("begin_window: the previous window was not ended");
+  harvest_step_timings();
   if (high_water_ > capacity_) grow_arena();
   top_ = 0;
   allocated_ = 0;
@@ -121,6 +126,9 @@ void WindowGraphs::end(bool completed) {
   const bool in_step = in_step_;
   mode_ = Mode::Outside;
   in_step_ = false;
+  for (cudaEvent_t e : {step_.start, step_.answered, step_.end})  // a step the window failed in
+    if (e) spare_events_.push_back(e);
+  step_ = StepTiming{};
   if (mode == Mode::Capture) {
     cudaGraph_t graph = nullptr;
     // A window that failed inside a host step has no capture running.
@@ -167,6 +175,10 @@ void WindowGraphs::begin_host_step() {
   if (in_step_) fail("internal error: a host step inside a host step");
   finish_segment();
   in_step_ = true;
+  step_read_ = step_answered_ = false;
+  step_ = StepTiming{};
+  step_.start = timing_event();
+  STRATA_CUDA_CHECK(cudaEventRecord(step_.start, ctx_.stream));
   step_chunk_ = 0;
   step_top_ = 0;
 }
@@ -175,6 +187,9 @@ void WindowGraphs::end_host_step() {
   if (mode_ == Mode::Outside) return;
   if (!in_step_) fail("internal error: the end of a host step that did not begin");
   in_step_ = false;
+  step_.end = timing_event();
+  STRATA_CUDA_CHECK(cudaEventRecord(step_.end, ctx_.stream));
+  timed_steps_.push_back(std::exchange(step_, StepTiming{}));
   if (mode_ == Mode::Capture)
     STRATA_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeRelaxed));
 }
@@ -289,9 +304,55 @@ bool WindowGraphs::upload(void* dst, const void* host, size_t bytes) {
   return true;
 }
 
-void WindowGraphs::check_no_readback(const char* op) const {
+void WindowGraphs::readback(const char* op) {
   if ((mode_ == Mode::Capture || mode_ == Mode::Replay) && !in_step_)
     fail("internal error: ", op, " inside a recorded window outside a host step (its key promised no read-back)");
+  step_read_ = step_read_ || in_step_;
+}
+
+cudaEvent_t WindowGraphs::timing_event() {
+  if (!spare_events_.empty()) {
+    cudaEvent_t e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  STRATA_CUDA_CHECK(cudaEventCreate(&e));
+  return e;
+}
+
+void WindowGraphs::answer_step() {
+  step_answered_ = true;
+  step_.answered = timing_event();
+  step_.was_answered = true;
+  STRATA_CUDA_CHECK(cudaEventRecord(step_.answered, ctx_.stream));
+}
+
+void WindowGraphs::harvest_step_timings() {
+  size_t done = 0;
+  for (; done < timed_steps_.size(); ++done) {
+    StepTiming& t = timed_steps_[done];
+    const cudaError_t state = cudaEventQuery(t.end);
+    if (state == cudaErrorNotReady) break;
+    STRATA_CUDA_CHECK(state);
+    float ms = 0;
+    STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.end));
+    counters_.host_step_seconds += double(ms) * 1e-3;
+    ++counters_.host_steps;
+    if (t.was_answered) {
+      STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.answered));
+      counters_.handshake_seconds += double(ms) * 1e-3;
+      ++counters_.handshakes;
+    }
+    for (cudaEvent_t e : {t.start, t.answered, t.end})
+      if (e) spare_events_.push_back(e);
+  }
+  timed_steps_.erase(timed_steps_.begin(), timed_steps_.begin() + ptrdiff_t(done));
+}
+
+BackendCounters WindowGraphs::counters() {
+  harvest_step_timings();
+  return counters_;
 }
 
 }  // namespace strata::backend

@@ -57,14 +57,17 @@ class WindowGraphs {
   // An in-window upload into device memory at dst: true when done here (captured or refilled),
   // false when the caller stages it as usual (outside a window or op by op).
   bool upload(void* dst, const void* host, size_t bytes);
-  // Reading device memory back inside a recorded window would read nothing: throws naming `op`.
-  void check_no_readback(const char* op) const;
+  // A read of device memory by the host. Inside a recorded window outside a host step it would
+  // read nothing: throws naming `op`. Inside a host step the device now waits for the host's answer.
+  void readback(const char* op);
 
-  BackendCounters counters() const { return counters_; }
+  // Harvests the host steps' timings whose events have fired.
+  BackendCounters counters();
   uint64_t ops() const { return counters_.ops; }
   void count_op(const char* name) {
     ++counters_.ops;
     profile_.op(name);
+    if (in_step_ && step_read_ && !step_answered_) answer_step();
   }
 
  private:
@@ -90,6 +93,16 @@ class WindowGraphs {
   void finish_segment();
   void destroy(Graph& g);
   void* step_alloc(size_t bytes);
+  // Host steps timed on the device (BackendCounters::handshake_seconds): `start` when the segment
+  // before the step has run, `answered` at the first op the host queued after reading the device,
+  // `end` after the step's ops.
+  struct StepTiming {
+    cudaEvent_t start = nullptr, answered = nullptr, end = nullptr;
+    bool was_answered = false;
+  };
+  cudaEvent_t timing_event();
+  void answer_step();
+  void harvest_step_timings();
 
   const cuda::detail::DeviceContext& ctx_;
   Mode mode_ = Mode::Outside;
@@ -99,6 +112,11 @@ class WindowGraphs {
   size_t next_input_ = 0;
   size_t next_segment_ = 0;  // replay: segments launched so far in this window
   bool in_step_ = false;
+  bool step_read_ = false;      // the host read the device in this step
+  bool step_answered_ = false;  // and has queued work since
+  StepTiming step_;
+  std::vector<StepTiming> timed_steps_;   // queued, oldest first, not yet harvested
+  std::vector<cudaEvent_t> spare_events_;
   // Host steps' allocations: chunks of device memory, reset at every step, grown by a chunk when
   // one step needs more (a step's tensors stay where they are).
   std::vector<std::pair<uint8_t*, size_t>> step_chunks_;
