@@ -26,6 +26,20 @@ void check_f32_weight(const char* op, const Weight& w) {
   require(w.type == quant::Type::F32 && w.data, op, "the weight must be F32 with data");
 }
 
+// An element-wise op of one input: y has x's shape.
+void check_unary(const char* op, const Tensor& x, const Tensor& y) {
+  check_tensor(op, "x", x);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+}
+
+// A norm of x's groups of `group` columns into y of x's shape.
+void check_norm_groups(const char* op, const Tensor& x, int64_t group, const Tensor& y) {
+  check_unary(op, x, y);
+  require(group > 0 && x.cols % group == 0, op, "group ", group, " does not divide the ", x.cols,
+          " columns of x");
+}
+
 // y = x * sigmoid(gate) and y += x * sigmoid(gate): gate has x's shape or one column.
 void check_sigmoid_gate(const char* op, const Tensor& x, const Tensor& gate, const Tensor& y) {
   check_tensor(op, "x", x);
@@ -56,11 +70,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, floa
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
   constexpr const char* op = "rms_norm";
-  check_tensor(op, "x", x);
-  check_tensor(op, "y", y);
-  check_same_shape(op, "x", x, "y", y);
-  require(group > 0 && x.cols % group == 0, op, "group ", group, " does not divide the ", x.cols,
-          " columns of x");
+  check_norm_groups(op, x, group, y);
   const float* wf = nullptr;
   int64_t w_step = 0;  // 0: one gain for every group; group: a gain per column
   if (w) {
@@ -79,11 +89,7 @@ void CudaBackend::l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) {
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
   constexpr const char* op = "l2_norm";
-  check_tensor(op, "x", x);
-  check_tensor(op, "y", y);
-  check_same_shape(op, "x", x, "y", y);
-  require(group > 0 && x.cols % group == 0, op, "group ", group, " does not divide the ", x.cols,
-          " columns of x");
+  check_norm_groups(op, x, group, y);
   detail::launch_l2_norm(impl_->ctx, x, group, eps, y);
 }
 
@@ -92,11 +98,7 @@ void CudaBackend::qk_l2_norm(const Tensor& x, int64_t group, float eps, int64_t 
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
   constexpr const char* op = "qk_l2_norm";
-  check_tensor(op, "x", x);
-  check_tensor(op, "y", y);
-  check_same_shape(op, "x", x, "y", y);
-  require(group > 0 && x.cols % group == 0, op, "group ", group, " does not divide the ", x.cols,
-          " columns of x");
+  check_norm_groups(op, x, group, y);
   require(q_cols >= 0 && q_cols <= x.cols, op, q_cols, " columns of q in x ", shape(x));
   detail::launch_l2_norm(impl_->ctx, x, group, eps, y, q_cols, q_scale);
 }
@@ -106,12 +108,10 @@ void CudaBackend::rms_norm_gated(Tensor x, const Weight& w, int64_t group, float
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
   constexpr const char* op = "rms_norm_gated";
-  check_tensor(op, "x", x);
+  check_norm_groups(op, x, group, x);
   check_tensor(op, "gate", gate);
   check_same_shape(op, "x", x, "gate", gate);
   check_no_overlap(op, "x", x, "gate", gate);
-  require(group > 0 && x.cols % group == 0, op, "group ", group, " does not divide the ", x.cols,
-          " columns of x");
   check_f32_weight(op, w);
   require(w.rows * w.cols == group, op, "the weight has ", w.rows * w.cols,
           " values but the group is ", group);
@@ -169,10 +169,7 @@ void CudaBackend::add_rms_norm(Tensor x, const Tensor& delta, const Weight& w, f
 void CudaBackend::scale(const Tensor& x, float s, Tensor y) {
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
-  constexpr const char* op = "scale";
-  check_tensor(op, "x", x);
-  check_tensor(op, "y", y);
-  check_same_shape(op, "x", x, "y", y);
+  check_unary("scale", x, y);
   detail::launch_scale(impl_->ctx, x, s, y);
 }
 
@@ -218,10 +215,7 @@ void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor y) {
 void CudaBackend::scaled_silu(const Tensor& x, float s, Tensor y) {
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
-  constexpr const char* op = "scaled_silu";
-  check_tensor(op, "x", x);
-  check_tensor(op, "y", y);
-  check_same_shape(op, "x", x, "y", y);
+  check_unary("scaled_silu", x, y);
   detail::launch_scaled_silu(impl_->ctx, x, s, y);
 }
 
