@@ -1,20 +1,36 @@
 #!/usr/bin/env bash
 # Builds the CUDA-enabled strata and strata_tests on this (development) machine and bundles them,
 # stripped, with the shared libraries a bare GPU machine lacks (everything ldd resolves except the
-# C/C++ runtime and the driver), the reference fixtures, and scripts/gpu_run.sh, which runs there
+# C/C++ runtime and the driver), the reference fixtures, and the scripts that run there
+# (gpu_run.sh, gpu_models.sh, gpu_kernels.sh), as one xz archive of a folder `bundle`
 # (docs/CUDA.md, "GPU machine workflow").
 #
-#   scripts/gpu_bundle.sh BUNDLE_DIR [BUILD_DIR]
+#   scripts/gpu_bundle.sh ARCHIVE [BUILD_DIR] [--base STRATA_BINARY]
 #
-# BUILD_DIR (default build-cuda) is configured for sm_90 without the benchmarks binary. The bundle
-# must stay well under the device tool's 64 MiB carry limit; the script prints its size and fails
-# past 48 MiB.
+# BUILD_DIR (default build-cuda) is configured for sm_90 without the benchmarks binary. --base adds
+# another build's strata as bin/strata-base, for A/B runs in one call (STRATA_BIN=strata-base
+# gpu_models.sh ...); xz's 64 MiB window stores the second binary's shared bytes once. The archive
+# travels with the working tree (the device tool carries 64 MiB in all), so the script fails past
+# 32 MiB.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-bundle=${1:?usage: gpu_bundle.sh BUNDLE_DIR [BUILD_DIR]}
-build=${2:-$root/build-cuda}
-limit_mib=48
+usage="usage: gpu_bundle.sh ARCHIVE [BUILD_DIR] [--base STRATA_BINARY]"
+archive=${1:?$usage}
+shift
+build=$root/build-cuda
+base=
+while (($#)); do
+  case $1 in
+    --base) base=${2:?$usage}; shift 2 ;;
+    *) build=$1; shift ;;
+  esac
+done
+[[ -z $base || -x $base ]] || { echo "gpu_bundle: --base $base is not an executable" >&2; exit 1; }
+limit_mib=32
+staging=$(mktemp -d)
+trap 'rm -rf "$staging"' EXIT
+bundle=$staging/bundle
 
 if [[ ! -f $build/build.ninja ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -29,12 +45,15 @@ else
   cmake --build "$build" --target strata strata_tests strata_handshake_bench
 fi
 
-rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
 for exe in strata strata_tests strata_handshake_bench; do
   cp "$build/$exe" "$bundle/bin/$exe"
   strip --strip-unneeded "$bundle/bin/$exe"
 done
+if [[ -n $base ]]; then
+  cp "$base" "$bundle/bin/strata-base"
+  strip --strip-unneeded "$bundle/bin/strata-base"
+fi
 
 # Shared libraries: all that ldd resolves except what every Linux with the NVIDIA driver has.
 base='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcuda|libnvidia)[.-]'
@@ -48,10 +67,12 @@ cp -r "$root/tests/fixtures" "$bundle/fixtures"  # the reference fixtures (test_
 cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu_models.sh" "$root/scripts/gpu_kernels.sh" "$bundle/"
 chmod +x "$bundle/gpu_run.sh" "$bundle/gpu_models.sh" "$bundle/gpu_kernels.sh"
 
-size_kib=$(du -sk "$bundle" | cut -f1)
-echo "gpu_bundle: $bundle, $((size_kib / 1024)) MiB:"
+(cd "$staging" && XZ_OPT=-9 tar cJf bundle.txz bundle)
+mv "$staging/bundle.txz" "$archive"
+size_kib=$(du -sk "$archive" | cut -f1)
+echo "gpu_bundle: $archive, $((size_kib / 1024)) MiB compressed, of:"
 ls -l "$bundle/bin" "$bundle/lib" | awk 'NF > 5 {print "  " $5, $NF}'
 if ((size_kib > limit_mib * 1024)); then
-  echo "gpu_bundle: the bundle exceeds $limit_mib MiB" >&2
+  echo "gpu_bundle: the archive exceeds $limit_mib MiB" >&2
   exit 1
 fi

@@ -2,7 +2,9 @@
 # Runs on the GPU machine from a bundle made by scripts/gpu_bundle.sh (copied there as
 # BUNDLE/gpu_models.sh): synthesizes the benchmark models at real shapes on the machine's disk and
 # runs `strata bench --device cuda` on each, everything in HBM (docs/PERFORMANCE.md, "GPU").
-# Writes each bench's JSON and a summary to $OUT (default BUNDLE/out).
+# Writes each bench's JSON and a summary to $OUT (default BUNDLE/out). STRATA_BIN=strata-base runs
+# the bundle's second build (gpu_bundle.sh --base) instead, for A/B runs in one call (set BENCH_TAG
+# or OUT apart so the two do not overwrite each other's files).
 #
 #   BUNDLE/gpu_models.sh [MODEL...]   MODEL: next80b (default), flagship, next80b-cpu,
 #                                     next80b-stream (all in HBM against experts streamed from the
@@ -21,7 +23,7 @@ out=${OUT:-$bundle/out}
 work=${STRATA_GPU_WORK:-/tmp/strata-models}
 mkdir -p "$out" "$work"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-strata="$bundle/bin/strata"
+strata="$bundle/bin/${STRATA_BIN:-strata}"  # STRATA_BIN=strata-base: a bundle's second build
 models=("$@")
 ((${#models[@]})) || models=(next80b)
 
