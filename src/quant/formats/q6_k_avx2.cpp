@@ -12,7 +12,7 @@ float dot_q6_k_avx2(const void* w, const void* a, int64_t n) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
   float lanes[8] = {};
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    avx2::prefetch_ahead(x + b, sizeof(BlockQ6_K));
+    prefetch_ahead(x + b, sizeof(BlockQ6_K));
     const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)x[b].scales));
     const __m256i offset = _mm256_madd_epi16(sc, _mm256_loadu_si256((const __m256i*)y[b].bsums));
     __m256i acc = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));

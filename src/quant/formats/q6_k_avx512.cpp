@@ -37,6 +37,7 @@ float dot_q6_k_avx512(const void* w, const void* a, int64_t n) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
   float lanes[8] = {};
   for (int64_t b = 0; b < n / kQK_K; ++b) {
+    prefetch_ahead(x + b, sizeof(BlockQ6_K));
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)x[b].scales));
     const __m512i sc = _mm512_castsi256_si512(sc16);
     const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i*)y[b].bsums));

@@ -14,7 +14,7 @@ float dot_q8_0_avx2(const void* w, const void* a, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 8 <= nb; b += 8) {
-    avx2::prefetch_ahead(x + b, 8 * sizeof(BlockQ8_0));
+    prefetch_ahead(x + b, 8 * sizeof(BlockQ8_0));
     __m256i p[8];
     for (int k = 0; k < 8; ++k)
       p[k] = avx2::dot_i8(_mm256_loadu_si256((const __m256i*)x[b + k].qs),
@@ -46,7 +46,7 @@ void dot_n(const BlockQ8_0* x, const BlockQ8_0* const* y, int64_t nb, float* out
   for (int j = 0; j < N; ++j) acc[j] = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 8 <= nb; b += 8) {
-    avx2::prefetch_ahead(x + b, 8 * sizeof(BlockQ8_0));
+    prefetch_ahead(x + b, 8 * sizeof(BlockQ8_0));
     __m256i half_sums[2][N];
     for (int half = 0; half < 2; ++half) {
       __m256i pair_sums[2][N];

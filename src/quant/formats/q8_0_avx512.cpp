@@ -19,6 +19,7 @@ void dot_n(const BlockQ8_0* x, const BlockQ8_0* const* y, int64_t nb, float* out
   for (int j = 0; j < N; ++j) acc[j] = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 8 <= nb; b += 8) {
+    prefetch_ahead(x + b, 8 * sizeof(BlockQ8_0));
     __m512i p[N][4];
     for (int pair = 0; pair < 4; ++pair) {
       const __m512i w = avx512::codes2(x + b + 2 * pair);
