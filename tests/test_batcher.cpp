@@ -20,6 +20,7 @@
 #include "decode/json_constraint.h"
 #include "decode/sequence_run.h"
 #include "gguf_test_util.h"
+#include "model/journal.h"
 #include "model/model.h"
 #include "synth/synth.h"
 #include "tokenizer/tokenizer.h"
@@ -243,6 +244,87 @@ TEST_F(Batching, ThePromptCacheCarriesAcrossBatchedTurns) {
   EXPECT_GT(b2.telemetry.reused_tokens, int64_t(first.size()));
 }
 
+// With speculation on in the sessions, a run that has the window to itself drafts, and every
+// run's tokens still equal the plain ones: a run alone from the start, another joining it (its
+// windows then carry one row each: a journal in a shared window would be an error), the first
+// alone again once the other ends, and late arrivals. The MTP head's drafts (random weights) and
+// suffix drafts right for 0..depth tokens, then wrong (so rejections land at every position).
+TEST_F(Batching, ARunAloneDraftsAndKeepsThePlainTokens) {
+  struct Case {
+    std::string prompt;
+    GenerateParams params;
+    size_t arrives;
+  };
+  const std::vector<Case> cases = {
+      {"The quick brown fox", sampled(36, 0, 0.0f), 0},
+      {"Say something", sampled(12, 7), 3},
+      {"A later question", sampled(20, 0, 0.0f), 60},
+      {"And one right after it", sampled(16, 3), 61},
+  };
+  std::vector<GenerateResult> plain;
+  for (const Case& c : cases) {
+    Session s(*model_, *tok_, {.n_ctx = 1024});
+    plain.push_back(s.generate(encode(c.prompt), c.params, {}));
+  }
+  const int64_t vocab = model_->config().n_vocab;
+  for (spec::Mode mode : {spec::Mode::Mtp, spec::Mode::Suffix}) {
+    SessionOptions so{.n_ctx = 1024};
+    so.spec.mode = mode;
+    so.spec.depth = mode == spec::Mode::Mtp ? 2 : 3;
+    std::vector<std::unique_ptr<Session>> sessions;
+    std::vector<std::unique_ptr<SequenceRun>> runs;
+    Batcher batcher(*model_, 16);
+    size_t joined = 0;
+    for (size_t window = 0;; ++window) {
+      while (joined < cases.size() && cases[joined].arrives <= window) {
+        const Case& c = cases[joined];
+        sessions.push_back(std::make_unique<Session>(*model_, *tok_, so));
+        if (mode == spec::Mode::Suffix) {
+          const std::vector<int32_t> prompt = encode(c.prompt), expected = plain[joined].tokens;
+          auto drafts = std::make_shared<int>(0);
+          sessions.back()->speculator().set_external_drafter(
+              [prompt, expected, vocab, drafts](std::span<const int32_t> history, int limit) {
+                const size_t done = history.size() - prompt.size();
+                const int right = (*drafts)++ % 4;
+                std::vector<int32_t> d;
+                for (int j = 0; j < std::min(limit, 3); ++j) {
+                  const size_t i = done + size_t(j);
+                  const int32_t truth = i < expected.size() ? expected[i] : 0;
+                  d.push_back(j < right ? truth : int32_t((truth + 1 + j) % vocab));
+                }
+                return d;
+              });
+        }
+        runs.push_back(std::make_unique<SequenceRun>(*sessions.back(), encode(c.prompt), c.params, PieceFn{}));
+        ++joined;
+      }
+      std::vector<SequenceRun*> active;
+      for (auto& run : runs) active.push_back(run.get());
+      if (batcher.step(active) == 0 && joined == cases.size()) break;
+      ASSERT_LT(window, 10000u);
+    }
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const SequenceRun& run = *runs[i];
+      ASSERT_TRUE(run.done());
+      ASSERT_FALSE(run.error()) << *run.error();
+      EXPECT_EQ(run.result().tokens, plain[i].tokens) << spec::mode_name(mode) << ", request " << i;
+      EXPECT_EQ(run.result().text, plain[i].text) << spec::mode_name(mode) << ", request " << i;
+      EXPECT_EQ(run.result().finish, plain[i].finish) << spec::mode_name(mode) << ", request " << i;
+      ASSERT_TRUE(run.result().telemetry.spec.has_value());
+    }
+    // The first run had windows to itself at its start and after the second ended, and drafted in
+    // them; so did the later pair once the last one ended.
+    for (size_t i : {size_t(0), size_t(2)})
+      EXPECT_GT(runs[i]->result().telemetry.spec->drafted_windows, 0) << spec::mode_name(mode) << ", request " << i;
+    // The oracle's drafts to the first run were rejected at every position, and saved windows.
+    const spec::Report& first = *runs[0]->result().telemetry.spec;
+    if (mode != spec::Mode::Suffix) continue;
+    for (int j = 1; j <= 3; ++j) EXPECT_GT(first.judged[size_t(spec::Source::Suffix)][size_t(j)], 0) << j;
+    EXPECT_GT(first.rollbacks, 0);
+    EXPECT_LT(runs[0]->result().telemetry.decode_steps, plain[0].telemetry.decode_steps);
+  }
+}
+
 TEST_F(Batching, BadInputIsAClearError) {
   Session s(*model_, *tok_, {.n_ctx = 16});
   EXPECT_THROW(SequenceRun(s, std::vector<int32_t>{}, sampled(4, 0), {}), Error);
@@ -262,6 +344,20 @@ TEST_F(Batching, BadInputIsAClearError) {
   EXPECT_NE(failing.error()->find("the hook failed"), std::string::npos);
   EXPECT_FALSE(fine.error());
   EXPECT_EQ(fine.result().tokens.size(), 4u);
+  // A journal or hidden states belong to a window of one sequence.
+  model::State a = model_->new_state(16), b = model_->new_state(16);
+  model::Journal journal(model_->backend());
+  const std::vector<int32_t> rows{5, 6};
+  const model::Model::SequenceRows with_journal[] = {{rows, &a, model::LogitsMode::All, nullptr, nullptr, &journal},
+                                                     {rows, &b}};
+  try {
+    model_->forward_batch(with_journal);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sequence 0: a journal or hidden states need a window of the sequence alone"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

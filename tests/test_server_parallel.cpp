@@ -161,6 +161,49 @@ TEST_F(ServerParallel, EveryReplyEqualsTheSameRequestAnsweredAlone) {
   EXPECT_EQ(m.at("strata_generations_total{finish_reason=\"cancelled\"}"), 3);
 }
 
+// With speculation on (the tiny model's MTP head, two drafts a window), a request that has the
+// server to itself drafts (its timings count the drafts) and every reply still equals the same
+// request answered by a --parallel 1 server without speculation: one at a time, then all at once
+// (their windows shared, drafting only when one is left).
+TEST_F(ServerParallel, ARequestAloneSpeculatesAndRepliesAsWithout) {
+  const auto requests = calls();
+  std::vector<json> alone;
+  {
+    auto serial = start(1);
+    for (const Call& c : requests) {
+      auto res = post(serial.port(), c.path, c.request.dump());
+      ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+      alone.push_back(reply_of(c.path, c.request, res->body));
+    }
+  }
+  ServerOptions o;
+  o.generation.parallel = 3;
+  o.generation.queue = 8;
+  o.generation.batch = 16;
+  o.generation.spec.mode = spec::Mode::Mtp;
+  o.generation.spec.depth = 2;
+  testing::RunningServer speculating(*model_, o);
+  int drafted = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto res = post(speculating.port(), requests[i].path, requests[i].request.dump());
+    ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+    EXPECT_EQ(reply_of(requests[i].path, requests[i].request, res->body), alone[i]) << requests[i].request.dump();
+    if (!requests[i].request.value("stream", false))
+      drafted += json::parse(res->body)["timings"].value("draft_n", 0);
+  }
+  EXPECT_GT(drafted, 0) << "requests alone drafted";
+  std::vector<json> together(requests.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < requests.size(); ++i)
+    clients.emplace_back([&, i] {
+      auto res = post(speculating.port(), requests[i].path, requests[i].request.dump());
+      if (res && res->status == 200) together[i] = reply_of(requests[i].path, requests[i].request, res->body);
+    });
+  for (auto& t : clients) t.join();
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(together[i], alone[i]) << requests[i].request.dump();
+  EXPECT_GT(testing::scrape_metrics(speculating.port()).at("strata_spec_drafted_windows_total"), 0);
+}
+
 TEST_F(ServerParallel, AConversationKeepsItsSlotsPromptCache) {
   auto parallel = start(2);
   const auto turn = [&](const json& messages) {

@@ -181,6 +181,33 @@ TEST_P(SpecDecode, SuffixDrafterGatedByDefaultGivesThePlainTokens) {
   }
 }
 
+// Typical acceptance (opt-in, not exact): at a temperature that makes the target's distribution
+// nearly flat, a draft the target did not choose still has the probability the rule asks for, so
+// the output keeps drafts exact acceptance would reject, and the report says it was typical.
+TEST_P(SpecDecode, TypicalAcceptanceKeepsDraftsTheRuleFindsLikely) {
+  const auto prompt = prompt_tokens(12, tiny_->model->config().n_vocab);
+  GenerateParams p = params(true);
+  p.sampling.temperature = 1000.0f;
+  p.sampling.top_k = 0;
+  const int32_t drafted = int32_t(tiny_->model->config().n_vocab / 2);
+  const GenerateResult reference = plain(prompt, p);
+  SessionOptions so{.n_ctx = 160};
+  so.spec.mode = spec::Mode::Suffix;
+  so.spec.depth = 2;
+  so.spec.typical = true;
+  Session s(*tiny_->model, *tiny_->tok, so);
+  s.speculator().set_external_drafter([drafted](std::span<const int32_t>, int limit) {
+    return std::vector<int32_t>(size_t(std::min(limit, 2)), drafted);
+  });
+  const GenerateResult r = s.generate(prompt, p, {});
+  ASSERT_TRUE(r.telemetry.spec.has_value());
+  const spec::Report& rep = *r.telemetry.spec;
+  EXPECT_TRUE(rep.typical);
+  EXPECT_GT(rep.accepted, 0);
+  EXPECT_GE(std::count(r.tokens.begin(), r.tokens.end(), drafted), rep.accepted);
+  EXPECT_NE(r.tokens, reference.tokens) << "kept drafts that exact acceptance would have rejected";
+}
+
 TEST_P(SpecDecode, RollbackEqualsNeverSeeingTheRejectedRowsBitwise) {
   model::Model& m = *tiny_->model;
   const auto tokens = prompt_tokens(16, m.config().n_vocab);

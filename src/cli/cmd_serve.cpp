@@ -66,16 +66,11 @@ void run_serve(const ServeOptions& o) {
   // The usage history and start-up fill when the experts stream.
   install_routing(model.model(), {}, o.experts.pack);
   server::ServerOptions so = o.server;
-  // An explicit --spec mode without --parallel asks for one sequence: speculation needs it.
-  const bool spec_asked = o.spec.mode != "auto" && o.spec.mode != "off";
-  so.generation.parallel =
-      o.parallel.value_or(spec_asked ? 1 : server::default_parallel(model.model().backend().name()));
+  so.generation.parallel = o.parallel.value_or(server::default_parallel(model.model().backend().name()));
   so.generation.warmup_after_s =
       o.warmup_after.value_or(server::default_warmup_after(model.model().backend().name()));
+  // With --parallel above 1 a generation speculates while it runs alone (decode::SequenceRun).
   so.generation.spec = spec_options(o.spec);
-  // Speculative windows are not shared between sequences yet: the default (auto) is off with
-  // --parallel above 1; an explicit mode there is an error (server::Server says so).
-  if (so.generation.parallel > 1 && o.spec.mode == "auto") so.generation.spec.mode = spec::Mode::Off;
   server::Server srv(model, so);
   const int port = srv.bind();
   if (const std::string warning = server::startup_warning(o.server); !warning.empty())
@@ -154,7 +149,7 @@ void add_serve_command(CLI::App& app) {
       ->group(kRequests);
   cmd->add_option("--parallel", opts->parallel,
                   "Generations that share each decode window (continuous batching), each with its "
-                  "own state and prompt cache (default: 4 on CUDA, 1 on the CPU)")
+                  "own state and prompt cache; one running alone speculates (default: 4 on CUDA, 1 on the CPU)")
       ->check(CLI::Range(1, 64))
       ->group(kRequests);
   cmd->add_option("--timeout", g.timeout_s,

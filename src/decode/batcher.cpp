@@ -14,10 +14,15 @@ Batcher::Batcher(model::Model& model, int64_t row_budget) : model_(model), row_b
 size_t Batcher::step(std::span<SequenceRun* const> runs) {
   std::vector<model::Model::SequenceRows> rows;
   std::vector<SequenceRun*> in_window;
+  // A run alone in the window may draft (and its MTP head read the rows' hidden states).
+  size_t live = 0;
+  for (SequenceRun* run : runs) live += !run->done();
+  const bool alone = live == 1;
   const auto add = [&](SequenceRun* run, int64_t budget) {
-    const auto tokens = run->next_rows(budget);
+    const auto tokens = run->next_rows(budget, alone);
     if (tokens.empty()) return int64_t(0);
-    rows.push_back({tokens, &run->state(), model::LogitsMode::Last, run->choice().greedy(), run->choice().top()});
+    rows.push_back({tokens, &run->state(), run->mode(), run->choice().greedy(), run->choice().top(),
+                    run->journal(), run->hidden()});
     in_window.push_back(run);
     return int64_t(tokens.size());
   };

@@ -2,7 +2,8 @@
 // row; prefilling runs fill what the row budget leaves, in the order given, so a long prompt
 // rides along with the others' decode steps instead of stalling them. Runs join and leave
 // between windows. The routed experts of a window are fetched once for all its rows
-// (Model::forward_batch), and each run's tokens are those it would produce alone.
+// (Model::forward_batch), and each run's tokens are those it would produce alone. A run that is
+// the only one left speculates (when its session does): its windows carry drafts.
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,7 @@
 
 #include "decode/row_choice.h"
 #include "decode/stop.h"
-#include "spec/verify.h"
+#include "decode/verify_rows.h"
 #include "tokenizer/detokenize.h"
 #include "util/error.h"
 
@@ -239,10 +239,8 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     return result.tokens.size() >= limit;
   };
 
-  // Each pass verifies the rows of the last window (the prefill's last row first): row r
-  // predicts the token after window token r. A draft stands iff it equals the token chosen
-  // from the row before it; the first that does not ends the window, and the state is rolled
-  // back to the rows that stand.
+  // Each pass verifies the rows of the last window (the prefill's last row first, verify_rows),
+  // and the state is rolled back to the rows that stand.
   std::vector<int32_t> window;  // the last window's tokens: pending token, then drafts
   spec::Speculator::Draft draft;
   int64_t rows = 1;
@@ -253,36 +251,18 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
   uint64_t warming_before = warming_windows();
   bool done = result.tokens.size() >= limit;
   while (!done) {
-    int64_t kept = rows;
-    int judged = 0, accepted = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      if (stop_requested()) {
-        result.finish = FinishReason::Cancelled;
-        kept = r + 1;
-        done = true;
-        break;
-      }
-      const int32_t id = choose(r);
-      int32_t taken = id;
-      const bool drafted = r + 1 < rows;
-      if (drafted && id != window[size_t(r + 1)] && speculator_.options().typical &&
-          spec::typical_accept(std::span(logits).subspan(size_t(r * n_vocab), size_t(n_vocab)),
-                               window[size_t(r + 1)], params.sampling.temperature,
-                               speculator_.options().typical_epsilon, speculator_.options().typical_delta))
-        taken = window[size_t(r + 1)];
-      done = take(taken) || base + r + 2 > n_ctx();
-      if (done) {
-        kept = r + 1;
-        break;
-      }
-      if (!drafted) break;
-      ++judged;
-      if (taken != window[size_t(r + 1)]) {
-        kept = r + 1;
-        break;
-      }
-      ++accepted;
-    }
+    const WindowRows v = verify_rows(
+        window, {.cancelled =
+                     [&] {
+                       if (!stop_requested()) return false;
+                       result.finish = FinishReason::Cancelled;
+                       return true;
+                     },
+                 .choose = choose,
+                 .typical = typical_rule(speculator_.options(), logits, n_vocab, params.sampling.temperature),
+                 .take = [&](int64_t r, int32_t id) { return take(id) || base + r + 2 > n_ctx(); }});
+    const int64_t kept = v.kept;
+    done = v.done;
     if (!window.empty()) {
       if (kept < rows) model_.rollback(state_, speculator_.journal(), kept);
       if (hidden_ptr)
@@ -291,7 +271,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
       tm.decode_tokens += kept;
       // A window that ran before its key's recording replays costs what it will not cost again.
       const bool warming = warming_windows() != warming_before;
-      speculator_.window_done(draft, int(rows), int(kept), judged, accepted,
+      speculator_.window_done(draft, int(rows), int(kept), v.judged, v.accepted,
                               warming ? std::nullopt : std::optional(seconds_since(window_start)));
     }
     if (done) break;

@@ -4,6 +4,13 @@
 // handed their logits, instead of calling the model itself. Because a row's result never
 // depends on the other rows of its window, a run produces exactly the tokens Session::generate
 // produces for the same prompt and parameters.
+//
+// With speculation on in the session (SessionOptions::spec), a run whose window holds no other
+// sequence drafts as Session::generate does: its window is the pending token and the drafts, its
+// rows are verified with the same loop (verify_rows.h) and the state rolled back to the rows that
+// stand; the MTP head sees the hidden states of those windows only. Windows shared with other
+// sequences carry one row. Exact acceptance changes no token, so the output is still the plain
+// one.
 #pragma once
 
 #include <chrono>
@@ -31,17 +38,24 @@ class SequenceRun {
   SequenceRun& operator=(const SequenceRun&) = delete;
 
   // The rows this run wants in the next window: while prefilling, at most `budget` (>= 1) prompt
-  // rows; then the token it sampled last. Empty once done; a should_stop() that fires here ends
-  // the run (FinishReason::Cancelled).
-  std::span<const int32_t> next_rows(int64_t budget);
+  // rows; then the token it sampled last, followed by drafts when `alone` (the window holds no
+  // other sequence) and the session speculates. Empty once done; a should_stop() that fires here
+  // ends the run (FinishReason::Cancelled).
+  std::span<const int32_t> next_rows(int64_t budget, bool alone = false);
   bool prefilling() const { return phase_ == Phase::Prefill; }
   model::State& state() { return session_.state_; }
+  // How the window runs these rows (Model::SequenceRows): every row's logits and a journal for a
+  // window with drafts; the hidden states when the MTP head reads them (windows alone only).
+  model::LogitsMode mode() const;
+  model::Journal* journal();
+  std::vector<float>* hidden() { return hidden_asked_ ? &hidden_ : nullptr; }
 
-  // What the window chooses for this run's last row (RowChoice): a greedy choice or top-k
-  // candidates in the window, or the logits row.
+  // What the window chooses for this run's rows (RowChoice): greedy choices or top-k candidates
+  // in the window, or the logits rows.
   RowChoice& choice() { return choice_; }
-  // The logits of the last of the rows next_rows() gave, once the window has run them (empty when
-  // choice() had the window choose). A hook that throws ends the run with that error.
+  // The logits of the rows next_rows() gave once the window has run them: the last row's, or
+  // every row's for a window with drafts (empty when choice() had the window choose). A hook that
+  // throws ends the run with that error.
   void take(std::span<float> logits);
   // The window holding this run's rows failed: the run ends with `error`.
   void fail(const std::string& error);
@@ -55,7 +69,10 @@ class SequenceRun {
   enum class Phase { Prefill, Decode, Done };
   using Clock = std::chrono::steady_clock;
 
-  void sample(std::span<float> logits);
+  spec::Speculator& speculator() { return session_.speculator_; }
+  bool speculating() const { return session_.speculator_.enabled(); }
+  // Checks the rows of the window just run (the prefill's last row first) and keeps what stands.
+  void verify(std::span<float> logits);
   void emit(const std::string& text);
   void finish(FinishReason reason);
 
@@ -68,6 +85,15 @@ class SequenceRun {
   int64_t pending_ = 0;   // rows handed out for the window in flight
   int64_t keep_ = -1;     // where the prefill copies the state (Session::snapshot_position)
   int32_t last_ = -1;     // the token sampled last, the next decode row
+  std::vector<int32_t> window_;  // the decode window in flight: last_, then drafts
+  spec::Speculator::Draft draft_;
+  int64_t base_ = 0;             // positions before the window's first row
+  bool alone_ = false;           // the window in flight holds this run alone
+  bool hidden_asked_ = false;    // it returns the rows' hidden states (hidden_)
+  std::vector<float> hidden_;
+  Clock::time_point window_start_;
+  uint64_t warming_before_ = 0;  // the backend's warming-window count when it started
+  spec::Report spec_start_;
   Sampler sampler_;
   RowChoice choice_;
   tokenizer::StreamDecoder detok_;

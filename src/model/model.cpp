@@ -130,7 +130,8 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   // One sequence is a plain window (which a backend may record as a graph).
   if (sequences.size() == 1) {
     const SequenceRows& one = sequences[0];
-    return {forward(one.tokens, *one.state, one.mode, {.greedy = one.greedy, .top_k = one.top})};
+    return {forward(one.tokens, *one.state, one.mode,
+                    {.journal = one.journal, .hidden = one.hidden, .greedy = one.greedy, .top_k = one.top})};
   }
   std::vector<int32_t> tokens;
   std::vector<WindowSequence> parts;
@@ -140,6 +141,9 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
     const std::string who = cat("sequence ", i, ": ");
     const int64_t T = int64_t(sq.tokens.size());
     if (T == 0) fail("forward: ", who, "the window has no tokens");
+    if (sq.journal || sq.hidden)
+      fail("forward: ", who, "a journal or hidden states need a window of the sequence alone, not one of ",
+           sequences.size());
     for (size_t k = 0; k < sq.tokens.size(); ++k)
       if (sq.tokens[k] < 0 || sq.tokens[k] >= c.n_vocab)
         fail(who, "token ", sq.tokens[k], " at window row ", k, " is outside the vocabulary (0..",

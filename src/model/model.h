@@ -145,18 +145,23 @@ class Model {
 
   // One sequence's part of a shared window. With `greedy` or `top` (at most one), the sequence's
   // rows are chosen in the window as forward()'s extras do, and its logits do not come back.
+  // `journal` and `hidden` are forward()'s extras of those names, for a window that holds this
+  // sequence alone (a speculative window, or rows the MTP head reads).
   struct SequenceRows {
     std::span<const int32_t> tokens;
     State* state = nullptr;
     LogitsMode mode = LogitsMode::Last;
     std::vector<int32_t>* greedy = nullptr;
     TopLogits* top = nullptr;
+    Journal* journal = nullptr;
+    std::vector<float>* hidden = nullptr;
   };
   // Several sequences (distinct states) in one window: their rows go through every layer
   // together, so the experts a window routes to are fetched once for all of them, while
   // attention, the DeltaNet and PLE run on each sequence's rows with its own state. Each
   // sequence's logits (or choices) equal what forward() gives it alone, bitwise. Throws like
-  // forward(), naming the sequence, and for a state given twice.
+  // forward(), naming the sequence, for a state given twice, and for a journal or hidden states
+  // asked of a window of several sequences.
   std::vector<std::vector<float>> forward_batch(std::span<const SequenceRows> sequences);
 
   // qwen4exp: whether a window issues the reads of its PLE rows before layer 0 (true, the

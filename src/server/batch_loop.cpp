@@ -7,13 +7,12 @@
 
 namespace strata::server {
 
-BatchLoop::BatchLoop(model::Model& model, const tokenizer::Tokenizer& tokenizer, int64_t n_ctx, size_t slots,
-                     int64_t row_budget, WarmUp* warmup)
+BatchLoop::BatchLoop(model::Model& model, const tokenizer::Tokenizer& tokenizer, decode::SessionOptions session,
+                     size_t slots, int64_t row_budget, WarmUp* warmup)
     : busy_(slots, false), last_used_(slots, 0), batcher_(model, row_budget), warmup_(warmup) {
   if (slots < 1) fail("--parallel: at least one sequence");
-  for (size_t i = 0; i < slots; ++i)
-    sessions_.push_back(std::make_unique<decode::Session>(
-        model, tokenizer, decode::SessionOptions{.n_ctx = n_ctx, .snapshot_prompt = true}));
+  session.snapshot_prompt = true;
+  for (size_t i = 0; i < slots; ++i) sessions_.push_back(std::make_unique<decode::Session>(model, tokenizer, session));
   thread_ = std::thread([this] { loop(); });
 }
 

@@ -27,11 +27,12 @@ namespace strata::server {
 
 class BatchLoop {
  public:
-  // `model` and `tokenizer` must outlive this; `slots` >= 1 sessions of n_ctx positions each;
-  // `row_budget`: prompt rows a window takes beyond the decode rows.
-  // `warmup` (null: none) runs before the window that starts work after idle.
-  BatchLoop(model::Model& model, const tokenizer::Tokenizer& tokenizer, int64_t n_ctx, size_t slots,
-            int64_t row_budget, WarmUp* warmup = nullptr);
+  // `model` and `tokenizer` must outlive this; `slots` >= 1 sessions made with `session` (its
+  // context and speculation; each keeps a prompt snapshot); `row_budget`: prompt rows a window
+  // takes beyond the decode rows. `warmup` (null: none) runs before the window that starts work
+  // after idle. A generation running alone speculates when `session.spec` says so.
+  BatchLoop(model::Model& model, const tokenizer::Tokenizer& tokenizer, decode::SessionOptions session,
+            size_t slots, int64_t row_budget, WarmUp* warmup = nullptr);
   // Every run() must have returned (the scheduler has shut down).
   ~BatchLoop();
   BatchLoop(const BatchLoop&) = delete;

@@ -83,9 +83,11 @@ Generation::Generation(decode::LoadedModel& model, Metrics& metrics, GenerationO
                    : std::make_unique<decode::Session>(
                          model.model(), model.tokenizer(),
                          decode::SessionOptions{.n_ctx = model.ctx(), .snapshot_prompt = true, .spec = options_.spec})),
-      batch_(options_.parallel > 1 ? std::make_unique<BatchLoop>(model.model(), model.tokenizer(), model.ctx(),
-                                                                 options_.parallel, options_.batch, &warmup_)
-                                   : nullptr),
+      batch_(options_.parallel > 1
+                 ? std::make_unique<BatchLoop>(model.model(), model.tokenizer(),
+                                               decode::SessionOptions{.n_ctx = model.ctx(), .spec = options_.spec},
+                                               options_.parallel, options_.batch, &warmup_)
+                 : nullptr),
       scheduler_(options_.queue, options_.parallel) {}
 
 LiveGauges Generation::gauges() const {

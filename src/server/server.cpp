@@ -91,8 +91,6 @@ Server::Server(decode::LoadedModel& model, ServerOptions options)
   http_ = std::make_unique<Http>(std::chrono::milliseconds(int64_t(options_.read_timeout_s * 1000)));
   if (options_.max_body < 1024) fail("--max-body: ", options_.max_body, " is below 1024 bytes");
   if (gen.parallel < 1) fail("--parallel: ", gen.parallel, " must be at least 1");
-  if (gen.parallel > 1 && gen.spec.mode != spec::Mode::Off)
-    fail("--spec needs --parallel 1: speculative windows are not shared between sequences yet");
   generation_ = std::make_unique<Generation>(model, metrics_, gen);
   anthropic_ = std::make_unique<AnthropicApi>(*generation_);
   responses_ = std::make_unique<ResponsesApi>(*generation_);
