@@ -4,7 +4,8 @@
 // another client hangs up mid-stream, each come back exactly as the same request answered alone
 // by a --parallel 1 server; a conversation keeps its slot's prompt cache; the queue and 429 count
 // beyond the running generations; /metrics shows each running sequence; the expert-cache panel's
-// endpoint reads a streamed cache while its windows run.
+// endpoint reads a streamed cache while its windows run; with speculation on, a request alone
+// drafts and every reply is still the plain one.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -26,6 +27,11 @@ namespace {
 
 using nlohmann::json;
 using testing::RawClient;
+
+struct Call {
+  std::string path;
+  json request;
+};
 
 class ServerParallel : public testing::TinyModelSuite<ServerParallel> {
  protected:
@@ -73,11 +79,31 @@ class ServerParallel : public testing::TinyModelSuite<ServerParallel> {
     }
     return {{"text", text}, {"finish", finish}};
   }
-};
 
-struct Call {
-  std::string path;
-  json request;
+  // Each request's reply from a --parallel 1 server without speculation, one after another.
+  static std::vector<json> answered_alone(const std::vector<Call>& requests) {
+    std::vector<json> replies;
+    auto serial = start(1);
+    for (const Call& c : requests) {
+      auto res = post(serial.port(), c.path, c.request.dump());
+      EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+      replies.push_back(res && res->status == 200 ? reply_of(c.path, c.request, res->body) : json());
+    }
+    return replies;
+  }
+
+  // The replies of the requests sent at once, each from a client thread of its own.
+  static std::vector<json> answered_at_once(int port, const std::vector<Call>& requests) {
+    std::vector<json> replies(requests.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < requests.size(); ++i)
+      clients.emplace_back([&, i] {
+        auto res = post(port, requests[i].path, requests[i].request.dump());
+        if (res && res->status == 200) replies[i] = reply_of(requests[i].path, requests[i].request, res->body);
+      });
+    for (auto& t : clients) t.join();
+    return replies;
+  }
 };
 
 std::vector<Call> calls() {
@@ -104,15 +130,7 @@ std::vector<Call> calls() {
 
 TEST_F(ServerParallel, EveryReplyEqualsTheSameRequestAnsweredAlone) {
   const auto requests = calls();
-  std::vector<json> alone;
-  {
-    auto serial = start(1);
-    for (const Call& c : requests) {
-      auto res = post(serial.port(), c.path, c.request.dump());
-      ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
-      alone.push_back(reply_of(c.path, c.request, res->body));
-    }
-  }
+  const std::vector<json> alone = answered_alone(requests);
   auto parallel = start(4);
   // Two long streams hold two slots throughout, so every request below shares its windows with
   // them (and with each other); a third client hangs up on its stream first.
@@ -127,14 +145,7 @@ TEST_F(ServerParallel, EveryReplyEqualsTheSameRequestAnsweredAlone) {
     ASSERT_TRUE(testing::await_metric(parallel.port(), "strata_generation_running", 3));
   }
   ASSERT_TRUE(testing::await_metric(parallel.port(), "strata_generations_total{finish_reason=\"cancelled\"}", 1));
-  std::vector<json> together(requests.size());
-  std::vector<std::thread> clients;
-  for (size_t i = 0; i < requests.size(); ++i)
-    clients.emplace_back([&, i] {
-      auto res = post(parallel.port(), requests[i].path, requests[i].request.dump());
-      if (res && res->status == 200) together[i] = reply_of(requests[i].path, requests[i].request, res->body);
-    });
-  for (auto& t : clients) t.join();
+  const std::vector<json> together = answered_at_once(parallel.port(), requests);
   for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(together[i], alone[i]) << requests[i].request.dump();
   {
     const auto m = testing::scrape_metrics(parallel.port());
@@ -167,15 +178,7 @@ TEST_F(ServerParallel, EveryReplyEqualsTheSameRequestAnsweredAlone) {
 // (their windows shared, drafting only when one is left).
 TEST_F(ServerParallel, ARequestAloneSpeculatesAndRepliesAsWithout) {
   const auto requests = calls();
-  std::vector<json> alone;
-  {
-    auto serial = start(1);
-    for (const Call& c : requests) {
-      auto res = post(serial.port(), c.path, c.request.dump());
-      ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
-      alone.push_back(reply_of(c.path, c.request, res->body));
-    }
-  }
+  const std::vector<json> alone = answered_alone(requests);
   ServerOptions o;
   o.generation.parallel = 3;
   o.generation.queue = 8;
@@ -192,14 +195,7 @@ TEST_F(ServerParallel, ARequestAloneSpeculatesAndRepliesAsWithout) {
       drafted += json::parse(res->body)["timings"].value("draft_n", 0);
   }
   EXPECT_GT(drafted, 0) << "requests alone drafted";
-  std::vector<json> together(requests.size());
-  std::vector<std::thread> clients;
-  for (size_t i = 0; i < requests.size(); ++i)
-    clients.emplace_back([&, i] {
-      auto res = post(speculating.port(), requests[i].path, requests[i].request.dump());
-      if (res && res->status == 200) together[i] = reply_of(requests[i].path, requests[i].request, res->body);
-    });
-  for (auto& t : clients) t.join();
+  const std::vector<json> together = answered_at_once(speculating.port(), requests);
   for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(together[i], alone[i]) << requests[i].request.dump();
   EXPECT_GT(testing::scrape_metrics(speculating.port()).at("strata_spec_drafted_windows_total"), 0);
 }
