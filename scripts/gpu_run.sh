@@ -21,7 +21,7 @@ quick=0
 [[ ${1:-} == --quick ]] && quick=1
 
 # Every test that touches the GPU, and the op suite the sanitizers check.
-cuda_tests='CudaDevice.*:CudaMatmulTiles.*:CudaLaunchGuard.*:CudaOpProfile.*:*CudaFormat.*:CudaConvert.*:CudaBackend.*:Backends/*.*/cuda:Archs/CudaModel.*:CudaStreaming.*:CudaActQuant.*:CudaMatvecQ*.*:*/CudaMatvecQ.*:Reference/Fixture.*_cuda:*/SpecDecode.*_cuda:*/MtpDecode.*_cuda'
+cuda_tests='CudaDevice.*:CudaMatmulTiles.*:CudaLaunchGuard.*:CudaOpProfile.*:*CudaFormat.*:CudaConvert.*:CudaBackend.*:Backends/*.*/cuda:Archs/CudaModel.*:CudaStreaming.*:CudaActQuant.*:CudaMatvecQ*.*:*/CudaMatvecQ.*:Reference/Fixture.*_cuda:*/SpecDecode.*_cuda:*/MtpDecode.*_cuda:Batching.OnTheGpu*'
 # (not the test that exhausts device memory on purpose: memcheck reports its failed allocation)
 op_suite='Backends/*.*/cuda:CudaBackend.*:CudaMatmulTiles.*:-CudaBackend.ExhaustedMemory*'
 

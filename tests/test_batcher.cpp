@@ -65,6 +65,8 @@ class Batching : public ::testing::Test {
 
   // Runs the requests of EverySequenceEqualsTheSameRequestRunAlone on `model`.
   static void expect_every_sequence_equals_alone(model::Model& model);
+  // Runs the requests of ARunAloneDraftsAndKeepsThePlainTokens on `model`.
+  static void expect_lone_runs_draft(model::Model& model);
 
   static inline TempDir* dir_ = nullptr;
   static inline std::string* path_ = nullptr;
@@ -249,7 +251,22 @@ TEST_F(Batching, ThePromptCacheCarriesAcrossBatchedTurns) {
 // windows then carry one row each: a journal in a shared window would be an error), the first
 // alone again once the other ends, and late arrivals. The MTP head's drafts (random weights) and
 // suffix drafts right for 0..depth tokens, then wrong (so rejections land at every position).
-TEST_F(Batching, ARunAloneDraftsAndKeepsThePlainTokens) {
+TEST_F(Batching, ARunAloneDraftsAndKeepsThePlainTokens) { expect_lone_runs_draft(*model_); }
+
+#ifdef STRATA_HAVE_CUDA
+TEST_F(Batching, OnTheGpuARunAloneDraftsAndKeepsThePlainTokens) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << cuda::unavailable_reason();
+  backend::CudaBackend gpu(0);
+  auto m = model::Model::load(*path_, gpu);
+  expect_lone_runs_draft(*m);
+}
+#else
+TEST_F(Batching, OnTheGpuARunAloneDraftsAndKeepsThePlainTokens) {
+  GTEST_SKIP() << "the CUDA backend is not compiled in (no nvcc)";
+}
+#endif
+
+void Batching::expect_lone_runs_draft(model::Model& model) {
   struct Case {
     std::string prompt;
     GenerateParams params;
@@ -263,22 +280,22 @@ TEST_F(Batching, ARunAloneDraftsAndKeepsThePlainTokens) {
   };
   std::vector<GenerateResult> plain;
   for (const Case& c : cases) {
-    Session s(*model_, *tok_, {.n_ctx = 1024});
+    Session s(model, *tok_, {.n_ctx = 1024});
     plain.push_back(s.generate(encode(c.prompt), c.params, {}));
   }
-  const int64_t vocab = model_->config().n_vocab;
+  const int64_t vocab = model.config().n_vocab;
   for (spec::Mode mode : {spec::Mode::Mtp, spec::Mode::Suffix}) {
     SessionOptions so{.n_ctx = 1024};
     so.spec.mode = mode;
     so.spec.depth = mode == spec::Mode::Mtp ? 2 : 3;
     std::vector<std::unique_ptr<Session>> sessions;
     std::vector<std::unique_ptr<SequenceRun>> runs;
-    Batcher batcher(*model_, 16);
+    Batcher batcher(model, 16);
     size_t joined = 0;
     for (size_t window = 0;; ++window) {
       while (joined < cases.size() && cases[joined].arrives <= window) {
         const Case& c = cases[joined];
-        sessions.push_back(std::make_unique<Session>(*model_, *tok_, so));
+        sessions.push_back(std::make_unique<Session>(model, *tok_, so));
         if (mode == spec::Mode::Suffix) {
           const std::vector<int32_t> prompt = encode(c.prompt), expected = plain[joined].tokens;
           auto drafts = std::make_shared<int>(0);
