@@ -92,6 +92,9 @@ void run_serve(const ServeOptions& o) {
   });
   std::fprintf(stderr, "strata: %zu sequence%s per window (--parallel%s)\n", so.generation.parallel,
                so.generation.parallel == 1 ? "" : "s", o.parallel ? "" : ", the default on this device");
+  const spec::Mode spec_mode = so.generation.spec.mode;
+  std::fprintf(stderr, "strata: speculation %s%s (--spec)\n", spec::mode_name(spec_mode),
+               spec_mode != spec::Mode::Off && so.generation.parallel > 1 ? ", while a generation runs alone" : "");
   const char* warmup_default = o.warmup_after ? "" : ", the default on this device";
   if (so.generation.warmup_after_s > 0)
     std::fprintf(stderr, "strata: a warm-up window after %g s idle (--warmup-after%s)\n",
