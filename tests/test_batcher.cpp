@@ -68,6 +68,18 @@ class Batching : public ::testing::Test {
   // Runs the requests of ARunAloneDraftsAndKeepsThePlainTokens on `model`.
   static void expect_lone_runs_draft(model::Model& model);
 
+  // Runs `check` on the model loaded on the GPU; skips where there is none.
+  static void on_the_gpu(void (*check)(model::Model&)) {
+#ifdef STRATA_HAVE_CUDA
+    if (cuda::device_count() == 0) GTEST_SKIP() << cuda::unavailable_reason();
+    backend::CudaBackend gpu(0);
+    check(*model::Model::load(*path_, gpu));
+#else
+    (void)check;
+    GTEST_SKIP() << "the CUDA backend is not compiled in (no nvcc)";
+#endif
+  }
+
   static inline TempDir* dir_ = nullptr;
   static inline std::string* path_ = nullptr;
   static inline backend::CpuBackend* backend_ = nullptr;
@@ -109,18 +121,7 @@ struct Outcome {
 
 TEST_F(Batching, EverySequenceEqualsTheSameRequestRunAlone) { expect_every_sequence_equals_alone(*model_); }
 
-#ifdef STRATA_HAVE_CUDA
-TEST_F(Batching, OnTheGpuEverySequenceEqualsTheSameRequestRunAlone) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << cuda::unavailable_reason();
-  backend::CudaBackend gpu(0);
-  auto m = model::Model::load(*path_, gpu);
-  expect_every_sequence_equals_alone(*m);
-}
-#else
-TEST_F(Batching, OnTheGpuEverySequenceEqualsTheSameRequestRunAlone) {
-  GTEST_SKIP() << "the CUDA backend is not compiled in (no nvcc)";
-}
-#endif
+TEST_F(Batching, OnTheGpuEverySequenceEqualsTheSameRequestRunAlone) { on_the_gpu(expect_every_sequence_equals_alone); }
 
 void Batching::expect_every_sequence_equals_alone(model::Model& model) {
   const std::string long_prompt(400, 'x');
@@ -253,18 +254,7 @@ TEST_F(Batching, ThePromptCacheCarriesAcrossBatchedTurns) {
 // suffix drafts right for 0..depth tokens, then wrong (so rejections land at every position).
 TEST_F(Batching, ARunAloneDraftsAndKeepsThePlainTokens) { expect_lone_runs_draft(*model_); }
 
-#ifdef STRATA_HAVE_CUDA
-TEST_F(Batching, OnTheGpuARunAloneDraftsAndKeepsThePlainTokens) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << cuda::unavailable_reason();
-  backend::CudaBackend gpu(0);
-  auto m = model::Model::load(*path_, gpu);
-  expect_lone_runs_draft(*m);
-}
-#else
-TEST_F(Batching, OnTheGpuARunAloneDraftsAndKeepsThePlainTokens) {
-  GTEST_SKIP() << "the CUDA backend is not compiled in (no nvcc)";
-}
-#endif
+TEST_F(Batching, OnTheGpuARunAloneDraftsAndKeepsThePlainTokens) { on_the_gpu(expect_lone_runs_draft); }
 
 void Batching::expect_lone_runs_draft(model::Model& model) {
   struct Case {

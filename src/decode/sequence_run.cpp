@@ -73,13 +73,13 @@ std::span<const int32_t> SequenceRun::next_rows(int64_t budget, bool alone) {
   return std::span(prompt_).subspan(size_t(next_), size_t(count));
 }
 
+bool SequenceRun::drafted_window() const { return phase_ == Phase::Decode && window_.size() > 1; }
+
 model::LogitsMode SequenceRun::mode() const {
-  return phase_ == Phase::Decode && window_.size() > 1 ? model::LogitsMode::All : model::LogitsMode::Last;
+  return drafted_window() ? model::LogitsMode::All : model::LogitsMode::Last;
 }
 
-model::Journal* SequenceRun::journal() {
-  return phase_ == Phase::Decode && window_.size() > 1 ? &speculator().journal() : nullptr;
-}
+model::Journal* SequenceRun::journal() { return drafted_window() ? &speculator().journal() : nullptr; }
 
 void SequenceRun::take(std::span<float> logits) {
   if (phase_ == Phase::Done) return;

@@ -71,6 +71,7 @@ class SequenceRun {
 
   spec::Speculator& speculator() { return session_.speculator_; }
   bool speculating() const { return session_.speculator_.enabled(); }
+  bool drafted_window() const;  // the window in flight carries drafts after the pending token
   // Checks the rows of the window just run (the prefill's last row first) and keeps what stands.
   void verify(std::span<float> logits);
   void emit(const std::string& text);
