@@ -67,6 +67,8 @@ class Batching : public ::testing::Test {
   static void expect_every_sequence_equals_alone(model::Model& model);
   // Runs the requests of ARunAloneDraftsAndKeepsThePlainTokens on `model`.
   static void expect_lone_runs_draft(model::Model& model);
+  // Runs TheMtpHeadDraftsInTheFirstWindowAlone on `model`.
+  static void expect_a_draft_once_alone(model::Model& model);
 
   // Runs `check` on the model loaded on the GPU; skips where there is none.
   static void on_the_gpu(void (*check)(model::Model&)) {
@@ -332,6 +334,28 @@ void Batching::expect_lone_runs_draft(model::Model& model) {
   }
 }
 
+// The MTP head reads the hidden states of windows shared with other sequences too, so a run
+// left alone drafts in its first window alone (a head missing the last rows could not draft).
+TEST_F(Batching, TheMtpHeadDraftsInTheFirstWindowAlone) { expect_a_draft_once_alone(*model_); }
+
+TEST_F(Batching, OnTheGpuTheMtpHeadDraftsInTheFirstWindowAlone) { on_the_gpu(expect_a_draft_once_alone); }
+
+void Batching::expect_a_draft_once_alone(model::Model& model) {
+  SessionOptions so{.n_ctx = 256};
+  so.spec.mode = spec::Mode::Mtp;
+  so.spec.depth = 2;
+  Session long_session(model, *tok_, so), short_session(model, *tok_, so);
+  SequenceRun long_run(long_session, encode("The quick brown fox"), sampled(24, 0, 0.0f), {});
+  SequenceRun short_run(short_session, encode("Say something"), sampled(4, 7), {});
+  SequenceRun* both[] = {&long_run, &short_run};
+  Batcher batcher(model, 16);
+  while (!short_run.done()) ASSERT_GT(batcher.step(both), 0u);
+  ASSERT_FALSE(long_run.done());
+  EXPECT_EQ(long_session.speculator().report().drafted_windows, 0);
+  batcher.step(both);
+  EXPECT_EQ(long_session.speculator().report().drafted_windows, 1);
+}
+
 TEST_F(Batching, BadInputIsAClearError) {
   Session s(*model_, *tok_, {.n_ctx = 16});
   EXPECT_THROW(SequenceRun(s, std::vector<int32_t>{}, sampled(4, 0), {}), Error);
@@ -351,7 +375,7 @@ TEST_F(Batching, BadInputIsAClearError) {
   EXPECT_NE(failing.error()->find("the hook failed"), std::string::npos);
   EXPECT_FALSE(fine.error());
   EXPECT_EQ(fine.result().tokens.size(), 4u);
-  // A journal or hidden states belong to a window of one sequence.
+  // A journal belongs to a window of one sequence.
   model::State a = model_->new_state(16), b = model_->new_state(16);
   model::Journal journal(model_->backend());
   const std::vector<int32_t> rows{5, 6};
@@ -361,7 +385,7 @@ TEST_F(Batching, BadInputIsAClearError) {
     model_->forward_batch(with_journal);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("sequence 0: a journal or hidden states need a window of the sequence alone"),
+    EXPECT_NE(std::string(e.what()).find("sequence 0: a journal needs a window of the sequence alone"),
               std::string::npos)
         << e.what();
   }

@@ -118,7 +118,8 @@ TEST_P(ModelWindows, SnapshotRollsBackExactly) {
 
 // Several sequences in one window (continuous batching): each one's logits equal what its own
 // windows give, bitwise, whatever the other rows (prefill chunks and decode rows mixed, sequences
-// joining and leaving between windows, Last and All).
+// joining and leaving between windows, Last and All), and so do the hidden states sequence 2
+// asks for (what its MTP head reads).
 TEST_P(ModelWindows, SequencesSharingAWindowEqualTheirOwnWindows) {
   TempDir dir;
   backend::CpuBackend be(1);
@@ -136,15 +137,22 @@ TEST_P(ModelWindows, SequencesSharingAWindowEqualTheirOwnWindows) {
   std::vector<size_t> done(3, 0);
   for (const auto& window : schedule) {
     std::vector<Model::SequenceRows> rows;
+    std::vector<float> hidden_together, hidden_own;
     for (const auto& [seq, n] : window)
       rows.push_back({std::span(tokens[seq]).subspan(done[seq], size_t(n)), &shared[seq],
-                      seq == 1 ? LogitsMode::Last : LogitsMode::All});
+                      seq == 1 ? LogitsMode::Last : LogitsMode::All, nullptr, nullptr, nullptr,
+                      seq == 2 ? &hidden_together : nullptr});
     const auto together = m->forward_batch(rows);
     ASSERT_EQ(together.size(), window.size());
     for (size_t k = 0; k < window.size(); ++k) {
       const auto [seq, n] = window[k];
-      const auto own = m->forward(rows[k].tokens, alone[seq], rows[k].mode);
+      const auto own = m->forward(rows[k].tokens, alone[seq], rows[k].mode,
+                                  {.hidden = seq == 2 ? &hidden_own : nullptr});
       EXPECT_TRUE(bitwise_equal(together[k], own)) << "sequence " << seq << " at row " << done[seq];
+      if (seq == 2) {
+        EXPECT_EQ(hidden_together.size(), size_t(n * m->hidden_cols()));
+        EXPECT_TRUE(bitwise_equal(hidden_together, hidden_own)) << "hidden states at row " << done[seq];
+      }
       done[seq] += size_t(n);
     }
   }

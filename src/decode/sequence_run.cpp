@@ -46,7 +46,7 @@ std::span<const int32_t> SequenceRun::next_rows(int64_t budget, bool alone) {
     return {};
   }
   alone_ = alone;
-  hidden_asked_ = alone && speculator().wants_hidden();
+  hidden_asked_ = speculating() && speculator().wants_hidden();
   if (phase_ == Phase::Decode) {
     window_.assign(1, last_);
     draft_ = {};

@@ -8,9 +8,9 @@
 // With speculation on in the session (SessionOptions::spec), a run whose window holds no other
 // sequence drafts as Session::generate does: its window is the pending token and the drafts, its
 // rows are verified with the same loop (verify_rows.h) and the state rolled back to the rows that
-// stand; the MTP head sees the hidden states of those windows only. Windows shared with other
-// sequences carry one row. Exact acceptance changes no token, so the output is still the plain
-// one.
+// stand. Windows shared with other sequences carry one row; the MTP head sees the hidden states
+// of every window, shared or not, so it can draft as soon as the run is alone. Exact acceptance
+// changes no token, so the output is still the plain one.
 #pragma once
 
 #include <chrono>
@@ -45,7 +45,7 @@ class SequenceRun {
   bool prefilling() const { return phase_ == Phase::Prefill; }
   model::State& state() { return session_.state_; }
   // How the window runs these rows (Model::SequenceRows): every row's logits and a journal for a
-  // window with drafts; the hidden states when the MTP head reads them (windows alone only).
+  // window with drafts; the hidden states when the MTP head reads them.
   model::LogitsMode mode() const;
   model::Journal* journal();
   std::vector<float>* hidden() { return hidden_asked_ ? &hidden_ : nullptr; }

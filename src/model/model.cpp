@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <algorithm>
+
 #include "experts/pack.h"
 #include "gguf/gguf.h"
 #include "model/arch.h"
@@ -141,9 +143,8 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
     const std::string who = cat("sequence ", i, ": ");
     const int64_t T = int64_t(sq.tokens.size());
     if (T == 0) fail("forward: ", who, "the window has no tokens");
-    if (sq.journal || sq.hidden)
-      fail("forward: ", who, "a journal or hidden states need a window of the sequence alone, not one of ",
-           sequences.size());
+    if (sq.journal)
+      fail("forward: ", who, "a journal needs a window of the sequence alone, not one of ", sequences.size());
     for (size_t k = 0; k < sq.tokens.size(); ++k)
       if (sq.tokens[k] < 0 || sq.tokens[k] >= c.n_vocab)
         fail(who, "token ", sq.tokens[k], " at window row ", k, " is outside the vocabulary (0..",
@@ -167,7 +168,8 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   std::vector<KeyPart> key_parts;
   for (const SequenceRows& sq : sequences)
     key_parts.push_back({int64_t(sq.tokens.size()), sq.mode, sq.state, sq.greedy != nullptr, sq.top ? sq.top->k : 0,
-                         sq.top ? sq.top->sum_temperature : 0.0f, sq.top ? sq.top->draw_temperature : 0.0f});
+                         sq.top ? sq.top->sum_temperature : 0.0f, sq.top ? sq.top->draw_temperature : 0.0f,
+                         sq.hidden != nullptr});
   BackendWindow backend_window(backend_, window_key(key_parts, dump_ != nullptr,
                                                     host_steps(route_ != nullptr, *experts_), {}));
   Window w{backend_, c, weights_, *experts_, *sequences[0].state, std::move(pos), tokens, T, renormalize_topk_, dump_,
@@ -207,6 +209,17 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
     backend_.rms_norm(rows, &weights_.output_norm, c.n_embd, float(c.rms_eps), h);  // norm(hidden_states)
   }
   w.dump("final_norm", -1, h);
+  // Every row's hidden state for the sequences whose MTP head reads them, as forward() gives
+  // them: the normed state, or qwen4exp's streams.
+  Tensor hidden;
+  if (std::any_of(sequences.begin(), sequences.end(), [](const SequenceRows& sq) { return sq.hidden != nullptr; })) {
+    if (hc) {
+      hidden = x;
+    } else {
+      hidden = keep(T, c.n_embd);
+      backend_.rms_norm(x, &weights_.output_norm, c.n_embd, float(c.rms_eps), hidden);  // norm(hidden_states)
+    }
+  }
   Tensor logits = keep(h.rows, c.n_vocab);
   backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)
   // Each sequence's rows of the logits, chosen from in the window where it asks.
@@ -221,6 +234,11 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   std::vector<std::vector<float>> out;
   for (size_t i = 0; i < parts.size(); ++i) {
     out.push_back(chosen[i].read(own[i]));
+    if (std::vector<float>* rows_hidden = sequences[i].hidden) {
+      const Tensor mine = hidden.rows_view(parts[i].first, parts[i].rows);
+      rows_hidden->resize(size_t(mine.rows * mine.cols));
+      backend_.download(mine, rows_hidden->data());
+    }
     State& state = *parts[i].state;
     if (c.has_ple()) ple_advance_history(state.ple_history, sequences[i].tokens);
     state.n_past += parts[i].rows;

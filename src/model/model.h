@@ -160,8 +160,8 @@ class Model {
   // together, so the experts a window routes to are fetched once for all of them, while
   // attention, the DeltaNet and PLE run on each sequence's rows with its own state. Each
   // sequence's logits (or choices) equal what forward() gives it alone, bitwise. Throws like
-  // forward(), naming the sequence, for a state given twice, and for a journal or hidden states
-  // asked of a window of several sequences.
+  // forward(), naming the sequence, for a state given twice, and for a journal asked of a window
+  // of several sequences. `hidden` gets every row of that sequence, as forward() gives it.
   std::vector<std::vector<float>> forward_batch(std::span<const SequenceRows> sequences);
 
   // qwen4exp: whether a window issues the reads of its PLE rows before layer 0 (true, the

@@ -27,7 +27,7 @@ uint64_t window_key(std::span<const KeyPart> parts, bool dumps, bool host_steps,
   for (const KeyPart& p : parts) {
     h = mix(mix(h, uint64_t(p.rows)), uint64_t(p.mode));
     h = mix(mix(mix(h, p.greedy ? 1 : 0), uint64_t(p.top_k)), uint64_t(std::bit_cast<uint32_t>(p.sum_temperature)));
-    h = mix(h, uint64_t(std::bit_cast<uint32_t>(p.draw_temperature)));
+    h = mix(mix(h, uint64_t(std::bit_cast<uint32_t>(p.draw_temperature))), p.hidden ? 1 : 0);
     for (const LayerState& l : p.state->layers)
       for (const Tensor* t : {&l.k_cache, &l.v_cache, &l.conv, &l.ssm, &l.ple_conv, &l.idx_k, &l.idx_blocks})
         h = mix(h, address(t->data));

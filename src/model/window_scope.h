@@ -25,6 +25,7 @@ struct KeyPart {
   int32_t top_k = 0;
   float sum_temperature = 0.0f;
   float draw_temperature = 0.0f;
+  bool hidden = false;  // every row's hidden state is kept
 };
 
 // What else shapes a window's ops: a window of the MTP head (its block and head instead of the
