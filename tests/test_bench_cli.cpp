@@ -89,6 +89,16 @@ TEST_F(BenchCommand, ReportsTheThreadsAsked) {
   EXPECT_EQ(nlohmann::json::parse(o.out).at("threads").get<int>(), 1);
 }
 
+// llama-bench's short flags mean the same here: -p prompt tokens, -n generated tokens, -t threads.
+TEST_F(BenchCommand, TakesLlamaBenchShortFlags) {
+  const Output o = run("tiny.gguf", "-p 3 -n 2 -t 1");
+  ASSERT_EQ(o.rc, 0) << o.err;
+  const auto j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j.at("threads").get<int>(), 1);
+  EXPECT_EQ(j.at("prefill").at("tokens").get<int>(), 3) << o.out;
+  EXPECT_EQ(j.at("decode").at("tokens").get<int>(), 2) << o.out;
+}
+
 TEST_F(BenchCommand, ReportsEachForcedIsaLevel) {
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
     if (isa > hardware_features().level()) continue;

@@ -95,7 +95,7 @@ TEST_F(RunCommand, RawOneShotEqualsTheSession) {
 
 TEST_F(RunCommand, ChatTemplateOneShot) {
   const auto o = strata_run("-m " + model() + " -p 'Hello there' --system 'Be brief.' "
-                            "--no-think --max-tokens 6 --temp 0.8 --seed 3 --stop xyz");
+                            "--no-think -n 6 --temp 0.8 --seed 3 --stop xyz");
   ASSERT_EQ(o.rc, 0) << o.err;
   EXPECT_EQ(count(o.err, "[strata] prompt "), 1u) << o.err;
   EXPECT_EQ(strata_run("-m " + model() + " -p 'Hello there' --system 'Be brief.' --no-think "

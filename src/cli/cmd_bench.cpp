@@ -478,10 +478,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "GGUF model")->required();
   add_expert_flags(cmd, o->experts);
   add_ple_flags(cmd, o->ple);
-  cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prefill tokens")->capture_default_str();
-  cmd->add_option("--gen-tokens", o->gen_tokens, "Decode steps, one token each")->capture_default_str();
+  cmd->add_option("-p,--prompt-tokens", o->prompt_tokens, "Prefill tokens")->capture_default_str();
+  cmd->add_option("-n,--gen-tokens", o->gen_tokens, "Decode steps, one token each")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Rows per prefill window")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "CPU threads (default: one per hardware thread)");
+  cmd->add_option("-t,--threads", o->threads, "CPU threads (default: one per hardware thread)");
   add_device_flag(cmd, o->device);
   cmd->add_option("--seed", o->seed, "Seed of the pseudo-random token ids")->capture_default_str();
   add_route_flags(cmd, o->route, false);

@@ -110,7 +110,7 @@ void add_logits_command(CLI::App& app) {
   cmd->add_option("-o,--output", opts->output, "Output .npy: float32 [positions, vocab]")
       ->required();
   cmd->add_option("--window", opts->window, "Rows per forward window (default: all at once)");
-  cmd->add_option("--threads", opts->threads, "CPU threads (default: one per hardware thread)");
+  cmd->add_option("-t,--threads", opts->threads, "CPU threads (default: one per hardware thread)");
   add_device_flag(cmd, opts->device);
   cmd->add_option("--dump", opts->dump_dir, "Write named per-layer activations as DIR/NAME.npy");
   cmd->callback([opts] { run_logits(*opts); });

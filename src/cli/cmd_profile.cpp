@@ -78,11 +78,11 @@ void add_profile_command(CLI::App& app) {
   auto* p = cmd->add_option("-p,--prompt", o->prompt, "Prompt text (raw, no chat template)");
   cmd->add_option("--prompt-file", o->prompt_file, "Read the prompt from this file")->excludes(p);
   cmd->add_option("-o,--output", o->output, "Profile file to write (e.g. MODEL.gguf.experts.profile)")->required();
-  cmd->add_option("--max-tokens", o->max_tokens, "Tokens generated greedily after the prompt")->capture_default_str();
+  cmd->add_option("-n,--max-tokens", o->max_tokens, "Tokens generated greedily after the prompt")->capture_default_str();
   add_expert_flags(cmd, o->experts);
-  cmd->add_option("--threads", o->threads, "CPU threads (default: one per hardware thread)");
+  cmd->add_option("-t,--threads", o->threads, "CPU threads (default: one per hardware thread)");
   add_device_flag(cmd, o->device);
-  cmd->add_option("--ctx", o->ctx, "Context positions")->capture_default_str();
+  cmd->add_option("-c,--ctx", o->ctx, "Context positions")->capture_default_str();
   cmd->callback([o] { run_profile(*o); });
 }
 

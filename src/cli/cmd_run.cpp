@@ -188,15 +188,15 @@ void add_run_command(CLI::App& app) {
       ->excludes(think);
   auto& gen = opts->gen;
   auto& s = gen.sampling;
-  cmd->add_option("--max-tokens", gen.max_tokens, "Most tokens to generate per reply")
+  cmd->add_option("-n,--max-tokens", gen.max_tokens, "Most tokens to generate per reply")
       ->capture_default_str();
   add_sampling_flags(cmd, s);
   cmd->add_option("--seed", s.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--stop", gen.stop, "Stop string (repeatable); the reply ends before it")
       ->allow_extra_args(false);
-  cmd->add_option("--threads", opts->threads, "CPU threads (default: one per hardware thread)");
+  cmd->add_option("-t,--threads", opts->threads, "CPU threads (default: one per hardware thread)");
   add_device_flag(cmd, opts->device);
-  cmd->add_option("--ctx", opts->ctx, "Context positions")->capture_default_str();
+  cmd->add_option("-c,--ctx", opts->ctx, "Context positions")->capture_default_str();
   add_expert_flags(cmd, opts->experts);
   cmd->add_option("--batch", gen.batch, "Rows per prefill window")->capture_default_str();
   add_route_flags(cmd, opts->route);

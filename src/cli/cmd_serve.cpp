@@ -133,7 +133,7 @@ void add_serve_command(CLI::App& app) {
                   "A Jinja chat template to use instead of the model's own")
       ->check(CLI::ExistingFile)
       ->group(kModel);
-  cmd->add_option("--ctx", opts->load.ctx, "Context positions (prompt plus reply)")
+  cmd->add_option("-c,--ctx", opts->load.ctx, "Context positions (prompt plus reply)")
       ->capture_default_str()
       ->group(kModel);
   cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str()->group(kNetwork);
@@ -171,7 +171,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--batch", g.batch, "Prompt rows per window (with --parallel: beside the decode rows)")
       ->capture_default_str()
       ->group(kCompute);
-  cmd->add_option("--threads", opts->load.threads,
+  cmd->add_option("-t,--threads", opts->load.threads,
                   "CPU threads (default: one per hardware thread)")
       ->group(kCompute);
   add_device_flag(cmd, opts->load.device);
