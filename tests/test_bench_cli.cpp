@@ -149,6 +149,14 @@ TEST_F(BenchCommand, ContinuesFromAText) {
       // The prompt holds a whole line of the text, which repeats: the suffix drafter's drafts
       // are the forced tokens, so windows keep more than one token.
       EXPECT_LT(j.at("decode").at("windows").get<int64_t>(), 20);
+      // The gate's own estimates: the suffix source's, at the depth limit's positions, are high
+      // after drafts that all stood; a fixed depth probes nothing.
+      const auto& gate = j.at("spec").at("gate");
+      EXPECT_EQ(gate.at("probes").get<int64_t>(), 0);
+      const auto& suffix = gate.at("acceptance_estimate").at("suffix");
+      ASSERT_EQ(suffix.size(), 4u) << gate;
+      EXPECT_GT(suffix.at(0).get<double>(), 0.8) << gate;
+      EXPECT_TRUE(gate.at("best_value").contains("mtp")) << gate;
     }
   }
   const Output short_text = run("tiny.gguf", "--prompt-tokens 40 --gen-tokens 1000 --continue-from " + text);

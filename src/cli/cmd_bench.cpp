@@ -194,7 +194,7 @@ nlohmann::ordered_json accounting_json(int64_t tokens, double seconds, const uti
             {"caller_sleeps_per_token", double(d.pool_caller_sleeps) * per_token}}}};
 }
 
-nlohmann::ordered_json spec_json(const spec::Report& r) {
+nlohmann::ordered_json spec_json(const spec::Report& r, int max_depth) {
   nlohmann::ordered_json j;
   j["mode"] = spec::mode_name(r.mode);
   j["exact"] = !r.typical;
@@ -223,6 +223,15 @@ nlohmann::ordered_json spec_json(const spec::Report& r) {
   j["snapshot_ms"] = r.snapshot_seconds * 1e3;
   j["rollback_ms"] = r.rollback_seconds * 1e3;
   j["draft_ms"] = r.draft_seconds * 1e3;
+  // SpecGate's own estimates at the end of the run, at the positions its depth limit reaches.
+  nlohmann::ordered_json gate = {{"probes", r.probes}};
+  for (spec::Source s : {spec::Source::Mtp, spec::Source::Suffix}) {
+    nlohmann::ordered_json estimate = nlohmann::ordered_json::array();
+    for (int p = 1; p <= max_depth; ++p) estimate.push_back(r.estimated[size_t(s)][size_t(p)]);
+    gate["acceptance_estimate"][spec::source_name(s)] = estimate;
+    gate["best_value"][spec::source_name(s)] = r.best_value[size_t(s)];
+  }
+  j["gate"] = gate;
   return j;
 }
 
@@ -278,7 +287,7 @@ void run_continue(const BenchOptions& o) {
                  {"tok_per_s", t.decode_tok_per_s().value_or(0.0)}};
   if (auto c = m.expert_stats(); c && start) j["decode"]["hit_rate"] = c->since(*start).hit_rate();
   if (t.spec) {
-    j["spec"] = spec_json(*t.spec);
+    j["spec"] = spec_json(*t.spec, std::max(so.max_depth, so.depth.value_or(0)));
     const int64_t n_vocab = m.config().n_vocab;
     if (m.has_mtp())
       j["spec"]["draft_vocab"] = spec::draft_vocab(m, lm.tokenizer().vocab(), so.draft_vocab).size(n_vocab);

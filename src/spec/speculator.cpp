@@ -64,6 +64,7 @@ void add_counters(Report& r, const Report& b, int64_t sign) {
   r.rollback_seconds += double(sign) * b.rollback_seconds;
   r.draft_seconds += double(sign) * b.draft_seconds;
   r.rollbacks += sign * b.rollbacks;
+  r.probes += sign * b.probes;
 }
 
 }  // namespace
@@ -159,7 +160,7 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
   if (external_) {
     std::vector<int32_t> proposal = external_(history, limit);
     if (int64_t(proposal.size()) > limit) proposal.resize(size_t(limit));
-    proposal.resize(size_t(gate_.pick(Source::Suffix, int(proposal.size())).depth));
+    proposal.resize(size_t(pick_depth(Source::Suffix, int(proposal.size()))));
     d.tokens = std::move(proposal);
     return d;
   }
@@ -172,12 +173,13 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
   const bool use_mtp = mtp_ && (o_.mode == Mode::Mtp || proposal.empty() ||
                                 gate_.choose(limit, int(proposal.size())) == Source::Mtp);
   if (!use_mtp) {
-    proposal.resize(size_t(gate_.pick(Source::Suffix, int(proposal.size())).depth));
+    proposal.resize(size_t(pick_depth(Source::Suffix, int(proposal.size()))));
     d.tokens = std::move(proposal);
     return d;
   }
   d.source = Source::Mtp;
   const Pick pick = gate_.pick(Source::Mtp, limit);
+  if (pick.probe && pick.depth > 0) ++counts_.probes;
   const int k = pick.depth;
   if (k == 0) return d;
   const auto t0 = Clock::now();
@@ -211,6 +213,12 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
   return d;
 }
 
+int Speculator::pick_depth(Source s, int available) {
+  const Pick pick = gate_.pick(s, available);
+  if (pick.probe && pick.depth > 0) ++counts_.probes;
+  return pick.depth;
+}
+
 void Speculator::window_done(const Draft& draft, int rows, int kept, int judged, int accepted,
                              std::optional<double> seconds) {
   if (seconds) gate_.window_done(rows, *seconds);
@@ -237,6 +245,10 @@ Report Speculator::report() const {
   r.snapshot_seconds = journal_.snapshot_seconds();
   r.rollback_seconds = journal_.rollback_seconds();
   r.rollbacks = journal_.rollbacks();
+  for (int s = 0; s < kSources; ++s) {
+    for (int j = 1; j <= kMaxDepth; ++j) r.estimated[size_t(s)][size_t(j)] = gate_.acceptance(Source(s), j);
+    r.best_value[size_t(s)] = gate_.best_value(Source(s), kMaxDepth);
+  }
   return r;
 }
 

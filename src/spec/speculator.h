@@ -58,7 +58,13 @@ struct Report {
   double snapshot_seconds = 0, rollback_seconds = 0;
   double draft_seconds = 0;  // the MTP head's windows (catch-up and chained steps)
   int64_t rollbacks = 0;
+  int64_t probes = 0;  // drafted windows the gate chose deeper than its pick, to keep estimates alive
   bool typical = false;
+  // The gate's own view when the report was taken (gauges): its acceptance estimate a_j by
+  // source and position 1..kMaxDepth, and the E(k)/cost(k) of its best depth per source (1: not
+  // drafting). They say why it drafts as it does, where the measured acceptance alone cannot.
+  std::array<std::array<double, kMaxDepth + 1>, kSources> estimated{};
+  std::array<double, kSources> best_value{};
 
   double mean_accepted_per_window() const;   // accepted drafts per drafted window
   double mean_tokens_per_window() const;     // kept rows per window
@@ -125,6 +131,9 @@ class Speculator {
   std::unique_ptr<MtpDrafter> mtp_;
   model::DraftVocab draft_vocab_;
   model::Journal journal_;
+  // The gate's depth for source s with `available` drafts, its probes counted.
+  int pick_depth(Source s, int available);
+
   Report counts_;
   uint64_t knob_draws_ = 0;
   DraftFn external_;
