@@ -294,7 +294,7 @@ TEST_F(CudaStreaming, ReadTimingChangesNeitherResultsNorWhereExpertsLand) {
       }
     return out;
   };
-  for (const auto [slots, tier] : {std::pair<uint64_t, uint64_t>{7, 0}, {24, 0}, {7, 16}}) {
+  for (const auto& [slots, tier] : {std::pair<uint64_t, uint64_t>{7, 0}, {24, 0}, {7, 16}}) {
     SCOPED_TRACE(cat(slots, " slots, host tier ", tier));
     const Outcome plain = run_with({}, slots, tier);
     experts::ReaderOptions jittery;

@@ -60,13 +60,15 @@ TEST_P(SynthArch, TinyRoundTrips) {
   for (const char* k : {"block_count", "embedding_length", "context_length", "attention.head_count",
                         "attention.layer_norm_rms_epsilon", "expert_count", "expert_used_count"})
     EXPECT_NE(reader->find(a + "." + k), nullptr) << k;
-  if (a != "qwen3moe")
+  if (a != "qwen3moe") {
     for (const char* k : {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size"})
       EXPECT_NE(reader->find(a + "." + k), nullptr) << k;
-  if (a == "qwen4exp")
+  }
+  if (a == "qwen4exp") {
     for (const char* k : {"hyper_connection.count", "hyper_connection.low_rank", "attention.indexer.top_k",
                           "ple.layers", "ple.head_vocab_sizes", "rope.dimension_sections", "nextn_predict_layers"})
       EXPECT_NE(reader->find(a + "." + k), nullptr) << k;
+  }
   EXPECT_EQ(reader->get_string("tokenizer.ggml.model"), "gpt2");
   EXPECT_EQ(reader->get("tokenizer.ggml.tokens").as_array().size(), size_t(c.n_vocab));
 

@@ -16,6 +16,7 @@ namespace strata::decode {
 
 namespace {
 
+#ifdef STRATA_HAVE_CUDA
 // Device memory a forward pass needs beyond the weights (activations, KV cache of a default
 // context, the CUDA context itself): a margin rather than a model of every allocation.
 constexpr uint64_t kDeviceMargin = uint64_t(2) << 30;
@@ -26,7 +27,6 @@ bool streams_experts(const gguf::Reader& reader, const experts::SourceOptions& o
   return !experts::has_expert_stacks(reader) || o.budget_bytes || !o.pack.empty();
 }
 
-#ifdef STRATA_HAVE_CUDA
 int cuda_devices() { return cuda::device_count(); }
 std::string no_cuda_reason() { return cuda::unavailable_reason(); }
 #else

@@ -25,11 +25,11 @@ namespace strata::model {
 class Model;
 
 struct RouteOptions {
-  std::string record_path;  // --record-route: write every window's routing here
-  std::string trace_path;   // --route-trace: route by this trace instead of the router
-  route::CcrParams ccr;     // --ccr, --ccr-m, --ccr-lambda, --ccr-rprot
+  std::string record_path{};  // --record-route: write every window's routing here
+  std::string trace_path{};   // --route-trace: route by this trace instead of the router
+  route::CcrParams ccr{};     // --ccr, --ccr-m, --ccr-lambda, --ccr-rprot
   // Usage history file (MODEL.gguf.experts.history when streaming); empty: none kept.
-  std::string history_path;
+  std::string history_path{};
   int64_t history_save_every = 64;  // windows between periodic saves
   double history_half_life = 4096;  // tokens, for a history created fresh
 };

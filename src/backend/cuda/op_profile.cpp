@@ -20,7 +20,8 @@ OpProfile::OpProfile(cudaStream_t stream) : stream_(stream) {
   void* host = nullptr;
   STRATA_CUDA_CHECK(cudaHostAlloc(&host, 2 * sizeof(uint32_t), cudaHostAllocMapped));
   gate_ = static_cast<volatile uint32_t*>(host);
-  gate_[0] = gate_[1] = 0;
+  gate_[0] = 0;
+  gate_[1] = 0;
   void* device = nullptr;
   STRATA_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0));
   gate_device_ = static_cast<uint32_t*>(device);
