@@ -384,9 +384,12 @@ TEST(SpecReport, SinceAccumulateAndPrometheusExport) {
   a.draft_seconds = 0.5;
   a.snapshot_seconds = 0.25;
   a.rollback_seconds = 0.5;
+  a.probes = 3;
   Report b = accumulate(a, a);
   EXPECT_EQ(b.windows, 20);
   EXPECT_EQ(b.since(a).windows, 10);
+  EXPECT_EQ(b.probes, 6);
+  EXPECT_EQ(b.since(a).probes, 3);
   EXPECT_DOUBLE_EQ(b.draft_seconds, 1.0);
   EXPECT_DOUBLE_EQ(b.since(a).draft_seconds, 0.5);
   EXPECT_NE(format_report(a).find("| mtp draft 125.00 ms/window"), std::string::npos) << format_report(a);
@@ -404,7 +407,7 @@ TEST(SpecReport, SinceAccumulateAndPrometheusExport) {
                            "strata_spec_t1_seconds 0.02\n", "strata_spec_window_time_ratio{rows=\"2\"} 1.25\n",
                            "strata_spec_acceptance{position=\"1\"} 0.75\n",
                            "strata_spec_acceptance{position=\"2\"} 0.666666667\n",
-                           "strata_spec_tokens_per_window 1.5\n",
+                           "strata_spec_tokens_per_window 1.5\n", "strata_spec_probe_windows_total 6\n",
                            "strata_spec_draft_seconds_total 1\n", "strata_spec_rollback_seconds_total 1.5\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line;
 }

@@ -76,6 +76,8 @@ void render_spec(std::string& out, const spec::Report& r) {
     for (const auto& s : r.judged) judged += s[size_t(j)];
     if (judged > 0) sample(out, "strata_spec_acceptance", r.acceptance(j), cat("position=\"", j, "\""));
   }
+  metric(out, "strata_spec_probe_windows_total", "counter",
+         "Drafted windows SpecGate ran deeper than its pick, to keep its estimates alive.", double(r.probes));
   metric(out, "strata_spec_draft_seconds_total", "counter",
          "Time in the MTP head's drafting windows (catch-up and chained steps).", r.draft_seconds);
   metric(out, "strata_spec_rollback_seconds_total", "counter",
