@@ -234,8 +234,16 @@ TEST(StreamingModel, AMemoryLimitSizesTheBudgetAndIsPrintedWithTheSplit) {
   const size_t budget_at = d.find("budget ") + 7, cache_at = d.find("expert cache ") + 13;
   EXPECT_EQ(d.substr(budget_at, d.find(' ', budget_at) - budget_at), d.substr(cache_at, d.find(' ', cache_at) - cache_at)) << d;
   EXPECT_TRUE(d.find("locked in RAM") != std::string::npos || d.find("trunk not locked") != std::string::npos) << d;
-  // The tiny pack is far below that budget: the line says the cache holds every expert.
+  // The tiny pack is far below that budget: the line says the cache holds every expert; a budget
+  // of a third of the pack does not.
   EXPECT_NE(d.find(": every expert; read-ahead"), std::string::npos) << d;
+  {
+    experts::SourceOptions third;
+    third.pack = o.pack;
+    third.budget_bytes = std::filesystem::file_size(third.pack) / 3;
+    const std::string part = Model::load(tiny.gguf, be, third)->experts_description();
+    EXPECT_EQ(part.find("every expert"), std::string::npos) << part;
+  }
 
   // A budget the limit cannot hold, and a limit that leaves no room, are errors naming the flag.
   o.budget_bytes = uint64_t(900) << 20;

@@ -282,7 +282,8 @@ OpenedSource streamed(const gguf::Reader& reader, const model::ModelConfig& c, s
   }
   // A budget above the pack's size leaves the arena at one slot per expert: say what it holds.
   const uint64_t arena_bytes = uint64_t(a.n_slots()) * a.slot_bytes();
-  const std::string whole = arena_bytes < so.budget_bytes ? cat(", ", format_bytes(arena_bytes), ": every expert;") : ",";
+  const bool whole_pack = uint64_t(a.n_slots()) * slot >= pack_slot_bytes && arena_bytes < so.budget_bytes;
+  const std::string whole = whole_pack ? cat(", ", format_bytes(arena_bytes), ": every expert;") : ",";
   return {std::move(source),
           cat("streamed from ", path, device_free ? cat(" into ", backend.name(), " memory") : "",
               ", budget ", format_bytes(so.budget_bytes), budget_note, " (", a.n_slots(), " slots of ",
