@@ -160,7 +160,7 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
   if (external_) {
     std::vector<int32_t> proposal = external_(history, limit);
     if (int64_t(proposal.size()) > limit) proposal.resize(size_t(limit));
-    proposal.resize(size_t(pick_depth(Source::Suffix, int(proposal.size()))));
+    proposal.resize(size_t(counted_pick(Source::Suffix, int(proposal.size())).depth));
     d.tokens = std::move(proposal);
     return d;
   }
@@ -173,13 +173,12 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
   const bool use_mtp = mtp_ && (o_.mode == Mode::Mtp || proposal.empty() ||
                                 gate_.choose(limit, int(proposal.size())) == Source::Mtp);
   if (!use_mtp) {
-    proposal.resize(size_t(pick_depth(Source::Suffix, int(proposal.size()))));
+    proposal.resize(size_t(counted_pick(Source::Suffix, int(proposal.size())).depth));
     d.tokens = std::move(proposal);
     return d;
   }
   d.source = Source::Mtp;
-  const Pick pick = gate_.pick(Source::Mtp, limit);
-  if (pick.probe && pick.depth > 0) ++counts_.probes;
+  const Pick pick = counted_pick(Source::Mtp, limit);
   const int k = pick.depth;
   if (k == 0) return d;
   const auto t0 = Clock::now();
@@ -213,10 +212,10 @@ Speculator::Draft Speculator::plan(std::span<const int32_t> history, int limit,
   return d;
 }
 
-int Speculator::pick_depth(Source s, int available) {
+Pick Speculator::counted_pick(Source s, int available) {
   const Pick pick = gate_.pick(s, available);
   if (pick.probe && pick.depth > 0) ++counts_.probes;
-  return pick.depth;
+  return pick;
 }
 
 void Speculator::window_done(const Draft& draft, int rows, int kept, int judged, int accepted,

@@ -131,8 +131,8 @@ class Speculator {
   std::unique_ptr<MtpDrafter> mtp_;
   model::DraftVocab draft_vocab_;
   model::Journal journal_;
-  // The gate's depth for source s with `available` drafts, its probes counted.
-  int pick_depth(Source s, int available);
+  // The gate's pick for source s with `available` drafts, its probes counted.
+  Pick counted_pick(Source s, int available);
 
   Report counts_;
   uint64_t knob_draws_ = 0;
