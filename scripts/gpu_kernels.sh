@@ -9,7 +9,9 @@
 #
 # The window is found by launch count: a 16-token prompt (one eager window), one eager and one
 # captured decode window, then replays; --launch-skip lands in the replays and --launch-count
-# covers one window (KERNELS, default: the kernels per token the plain bench reports).
+# covers one window (KERNELS, default: the kernels per token the plain bench reports). MODEL names
+# another model (the flagship: synthesize it first, and raise SKIP past its first windows' launches,
+# e.g. SKIP=12000 GEN=16; defaults 6000 and 8).
 set -uo pipefail
 
 bundle=$(cd "$(dirname "$0")" && pwd)
@@ -25,9 +27,9 @@ model=${MODEL:-/tmp/next80b.gguf}
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('prefill', j['prefill']['tok_per_s'], 'decode', j['decode']['tok_per_s'])" "$out/bench.json"
 # One decode window's kernels, as the plain bench counted them (graph_kernels_per_token).
 kernels=${KERNELS:-$(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['decode']['backend']['graph_kernels_per_token']))" "$out/bench.json" 2>/dev/null || echo 1968)}
-timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 6000 \
+timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip "${SKIP:-6000}" \
   --launch-count "$kernels" --csv "$strata" bench -m "$model" --device cuda --prompt-tokens 16 \
-  --batch 16 --gen-tokens 8 >"$out/ncu.csv" 2>"$out/ncu.err"
+  --batch 16 --gen-tokens "${GEN:-8}" >"$out/ncu.csv" 2>"$out/ncu.err"
 echo "ncu rc $?"
 python3 - "$out/ncu.csv" <<'PY'
 import collections, csv, sys
