@@ -177,6 +177,10 @@ std::vector<Shape> matvec_shapes(Type t) {
       {9, 16384, 0},             // long rows
       {5, 3 * blk, 2},           // rows only 2-byte aligned
       {300, 4096, 0},            // many warps
+      // Long rows in few row groups (Q8_0 takes them a few rows a CTA at 1 and 2 activations):
+      {320, 10240, 0},  // a hyper-connection mixer's down projection
+      {4, 10240, 2},    // its inject, 2-byte aligned
+      {1000, 6144, 16}, // an out-projection's kind, padded
   };
 }
 
@@ -230,6 +234,39 @@ TEST_P(CudaMatvecQ, TokensEqualSingleActivations) {
         singles.insert(singles.end(), yk.begin(), yk.end());
       }
       expect_bitwise(many, singles, s.rows, "vs one activation at a time");
+    }
+  }
+}
+
+// Several matrices of one activation in one call (Backend::matmuls: a mixer's down and inject
+// projections) give each matrix the CPU's bits, at 1 and 2 activations.
+TEST_P(CudaMatvecQ, SeveralMatricesEqualCpuDotBitwise) {
+  const Type t = GetParam();
+  const int64_t cols = 10240;
+  const Shape shapes[] = {{320, cols, 0}, {4, cols, 2}, {77, cols, 16}};
+  std::vector<std::vector<uint8_t>> w;
+  std::vector<cuda::DeviceBuffer> dw, dy;
+  for (const Shape& s : shapes) {
+    w.push_back(weight_rows(t, s.rows, s.cols, quant::row_bytes(t, cols) + s.pad, 11 + s.rows));
+    dw.push_back(to_device(w.back()));
+  }
+  for (int tokens : {1, 2}) {
+    SCOPED_TRACE(testing::Message() << quant::type_name(t) << ", " << tokens << " activations");
+    const std::vector<float> x = activation_rows(cols, tokens, 40 + tokens, act_block(t));
+    const cuda::DeviceBuffer dx = to_device(x);
+    std::vector<cuda::MatvecQMatrix> matrices;
+    dy.clear();
+    for (size_t i = 0; i < std::size(shapes); ++i) {
+      dy.emplace_back(size_t(shapes[i].rows) * tokens * sizeof(float));
+      matrices.push_back({dw[i].data(), quant::row_bytes(t, cols) + shapes[i].pad, shapes[i].rows,
+                          dy.back().as<float>()});
+    }
+    device().matvec_q(t, matrices, cols, dx.as<float>(), tokens);
+    for (size_t i = 0; i < std::size(shapes); ++i) {
+      const Shape& s = shapes[i];
+      expect_bitwise(from_device<float>(dy[i], size_t(s.rows) * tokens),
+                     cpu_reference(t, w[i], quant::row_bytes(t, cols) + s.pad, s.rows, cols, x, tokens),
+                     s.rows, "matrix of a several-matrix call vs CPU");
     }
   }
 }

@@ -13,6 +13,20 @@ namespace strata::cuda::detail::mvq {
 
 namespace {
 
+// The 32 codes (as 8 words) and the scale of block c of a 4-byte aligned chunk in shared memory: 9
+// aligned words from the aligned-down start (up to 2 bytes past the block's end); an even block
+// starts word-aligned (codes from byte 2), an odd one 2 bytes in (codes word-aligned).
+__device__ __forceinline__ float load_block(const uint8_t* chunk, int c, uint32_t q[8]) {
+  const uint8_t* p = chunk + ((34 * c) & ~3);
+  uint32_t w[9];
+#pragma unroll
+  for (int i = 0; i < 9; ++i) w[i] = ld_shared_u32(p + 4 * i);
+  const int shift = (c & 1) ? 32 : 16;  // funnelshift_rc clamps: 32 takes the high word
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q[i] = __funnelshift_rc(w[i], w[i + 1], shift);
+  return half_bits_to_float((c & 1) ? w[0] >> 16 : w[0] & 0xffffu);
+}
+
 template <int R_, int T_>
 struct Q8_0Kernel {
   static_assert(R_ % 4 == 0, "four row slots per warp");
@@ -27,20 +41,6 @@ struct Q8_0Kernel {
   };
 
   __device__ static void init_shared(uint8_t*, const Args&) {}
-
-  // The 32 codes (as 8 words) and the scale of block c at `chunk`: 9 aligned words from the
-  // aligned-down start; an even block starts word-aligned (codes from byte 2), an odd one
-  // 2 bytes in (codes word-aligned).
-  __device__ static float load_block(const uint8_t* chunk, int c, uint32_t q[8]) {
-    const uint8_t* p = chunk + ((34 * c) & ~3);
-    uint32_t w[9];
-#pragma unroll
-    for (int i = 0; i < 9; ++i) w[i] = ld_shared_u32(p + 4 * i);
-    const int shift = (c & 1) ? 32 : 16;  // funnelshift_rc clamps: 32 takes the high word
-#pragma unroll
-    for (int i = 0; i < 8; ++i) q[i] = __funnelshift_rc(w[i], w[i + 1], shift);
-    return half_bits_to_float((c & 1) ? w[0] >> 16 : w[0] & 0xffffu);
-  }
 
   __device__ static void step(const uint8_t* rows, const uint8_t* act, const uint8_t*,
                               const Args& a, int t, int lane, Acc& acc) {
@@ -158,9 +158,153 @@ struct Q8_0MmaKernel {
 // 70.2 at 8.
 constexpr int kMmaMinTokens = 3;
 
+// Long rows in few row groups (a hyper-connection mixer's down projection, 320 rows of 10240
+// columns, with its 4-row inject; an out-projection of 2048-2560 rows): at 16 rows a CTA the
+// kernels above give such a matrix 20-160 CTAs, each streaming its rows step after step while most
+// SMs idle. Here a CTA takes 2, 4 or 8 rows whole, so there are up to resident-capacity CTAs, all
+// loading at once. The chains that make the CPU's bits are sequential (chain b % 8 of a row runs
+// in block order), so they cannot be split among threads; everything before them can: every
+// thread turns its share of the CTA's blocks into the chain's two factors, d_w * d_a and
+// float(s), in shared memory, then one thread per (row, activation, chain) runs the chain's
+// nb / 8 FMAs and the eight meet in reduce8_lanes as in Q8_0Kernel: the same operations, so the
+// same bits.
+namespace wide {
+
+constexpr int kMinBlocks = 64;        // two of the kernels' steps: shorter rows stay on them
+constexpr int kRowChoices[] = {2, 4, 8};
+
+struct Args {
+  int nb, rows_per_cta, pitch;  // pitch: bytes a staged row or activation takes
+  const uint8_t* act;
+  size_t act_stride;
+  int w_unit, a_unit;
+};
+
+__host__ __device__ constexpr int pitch(int64_t blocks) {
+  return int((blocks * 34 + 4 + 15) / 16 * 16);  // +4: load_block reads up to 2 bytes past
+}
+
+__host__ __device__ constexpr size_t smem_bytes(int64_t blocks, int rows_per_cta, int tokens) {
+  return size_t(rows_per_cta + tokens) * size_t(pitch(blocks)) +
+         size_t(rows_per_cta) * size_t(tokens) * size_t(blocks) * sizeof(float2);
+}
+
+template <int T>
+__global__ void __launch_bounds__(kThreads) kernel(const Args a, const Matrices m) {
+  await_previous_kernel();
+  extern __shared__ __align__(16) uint8_t smem[];
+  int i = 0;
+  while (i + 1 < m.n && int(blockIdx.x) >= m.at[i + 1].first_cta) ++i;
+  const Matrices::Matrix& mx = m.at[i];
+  const int64_t r0 = int64_t(int(blockIdx.x) - mx.first_cta) * a.rows_per_cta;
+  const int rows = int(min(int64_t(a.rows_per_cta), mx.rows - r0));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, row_bytes = a.nb * 34;
+  uint8_t* const w_stage = smem;
+  uint8_t* const a_stage = smem + a.rows_per_cta * a.pitch;
+  float2* const factors = reinterpret_cast<float2*>(a_stage + T * a.pitch);  // [row][token][block]
+  for (int r = warp; r < rows; r += kWarps)
+    warp_copy(w_stage + r * a.pitch, mx.w + size_t(r0 + r) * mx.row_stride, row_bytes, a.w_unit,
+              lane);
+  for (int tok = warp; tok < T; tok += kWarps)
+    warp_copy(a_stage + tok * a.pitch, a.act + size_t(tok) * a.act_stride, row_bytes, a.a_unit,
+              lane);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  for (int k = threadIdx.x; k < rows * a.nb; k += kThreads) {
+    const int r = k / a.nb, b = k - r * a.nb;
+    uint32_t qw[8];
+    const float dw = load_block(w_stage + r * a.pitch, b, qw);
+#pragma unroll
+    for (int tok = 0; tok < T; ++tok) {
+      uint32_t qa[8];
+      const float da = load_block(a_stage + tok * a.pitch, b, qa);
+      int s = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s = __dp4a(int(qw[j]), int(qa[j]), s);
+      factors[(r * T + tok) * a.nb + b] = make_float2(__fmul_rn(dw, da), __int2float_rn(s));
+    }
+  }
+  __syncthreads();
+  // Thread 8 (r T + tok) + c runs chain c of row r and activation tok (rows_per_cta * T <= 16).
+  const int c = threadIdx.x % 8, pair = threadIdx.x / 8;
+  float acc = 0.0f;
+  if (pair < rows * T) {
+    const float2* f = factors + pair * a.nb;
+    for (int b = c; b < a.nb; b += 8) acc = __fmaf_rn(f[b].x, f[b].y, acc);
+  }
+  acc = reduce8_lanes<1>(acc);
+  if (c == 0 && pair < rows * T)
+    mx.y[size_t(pair % T) * size_t(mx.rows) + size_t(r0 + pair / T)] = acc;
+}
+
+// CTAs of kernel<T> resident per SM with `smem` bytes (looked up once per device and size).
+template <int T>
+int resident(int device, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, size_t>, int> per_sm;
+  const std::lock_guard lock(mutex);
+  if (const auto it = per_sm.find({device, smem}); it != per_sm.end()) return it->second;
+  int limit = 0;
+  check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+        "cudaDeviceGetAttribute");
+  int blocks = 0;
+  if (smem <= size_t(limit)) {
+    check(cudaFuncSetAttribute(kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
+          "cudaFuncSetAttribute");
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel<T>, kThreads, smem),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  }
+  per_sm.emplace(std::pair{device, smem}, blocks);
+  return blocks;
+}
+
+// Runs l on kernel<T> and returns true where its matrices have long rows in fewer row groups than
+// two an SM, with the fewest rows a CTA that keep every CTA resident at once.
+template <int T>
+bool launch(const MatvecQLaunch& l) {
+  if (l.blocks < kMinBlocks) return false;
+  const MatvecQMatrix one{l.w, l.row_stride, l.rows, l.y};
+  const MatvecQMatrix* mats = l.n_matrices > 1 ? l.matrices : &one;
+  const int n = l.n_matrices > 1 ? l.n_matrices : 1;
+  int64_t groups = 0;
+  constexpr int64_t kGroupRows = kCtaRows<Q8_0Kernel<4, 1>>;
+  for (int i = 0; i < n; ++i) groups += (mats[i].rows + kGroupRows - 1) / kGroupRows;
+  if (groups >= 2 * int64_t(l.sm_count)) return false;
+  for (const int rows_per_cta : kRowChoices) {
+    int64_t ctas = 0;
+    for (int i = 0; i < n; ++i) ctas += (mats[i].rows + rows_per_cta - 1) / rows_per_cta;
+    const size_t smem = smem_bytes(l.blocks, rows_per_cta, T);
+    if (ctas > int64_t(resident<T>(l.device, smem)) * l.sm_count) continue;
+    Args a{int(l.blocks), rows_per_cta, pitch(l.blocks),
+           static_cast<const uint8_t*>(l.act), l.act_stride, 16, 0};
+    a.a_unit = copy_unit(l.act, l.act_stride, size_t(l.blocks) * 34, 0);
+    Matrices m{};
+    m.n = n;
+    int first = 0;
+    for (int i = 0; i < n; ++i) {
+      const int c = int((mats[i].rows + rows_per_cta - 1) / rows_per_cta);
+      m.at[i] = {static_cast<const uint8_t*>(mats[i].w), mats[i].row_stride, mats[i].rows,
+                 mats[i].y, first, c};
+      first += c;
+      a.w_unit = std::min(a.w_unit, copy_unit(mats[i].w, mats[i].row_stride,
+                                              size_t(l.blocks) * 34, 0));
+    }
+    launch_kernel(kernel<T>, first, kThreads, smem, l.stream, a, m);
+    check_launch("matvec_q launch");
+    return true;
+  }
+  return false;
+}
+
+}  // namespace wide
+
 }  // namespace
 
 void launch_matvec_q_q8_0(const MatvecQLaunch& l) {
+  // (rows_per_warp asks for the row-group kernels by name.)
+  if (l.rows_per_warp == 0 && l.tokens == 1 && wide::launch<1>(l)) return;
+  if (l.rows_per_warp == 0 && l.tokens == 2 && wide::launch<2>(l)) return;
   if (l.tokens >= kMmaMinTokens) return launch<Q8_0MmaKernel>(l);
   if (l.tokens == 2) return launch<Q8_0Kernel<4, 2>>(l);
   if (l.rows_per_warp == 8) return launch<Q8_0Kernel<8, 1>>(l);
