@@ -204,6 +204,12 @@ TEST_P(CudaMatvecQ, EqualsCpuDotBitwiseAndDeterministic) {
       expect_bitwise(gpu_matvec_q(t, dw, stride, s.rows, s.cols, dx, 1, o), ref, s.rows,
                      rpw == 4 ? "4 rows per warp" : "8 rows per warp");
     }
+    // x was just quantized into the device's copy (the calls above name their kernels): a call
+    // that may reuse it reads that copy where the default call quantizes x in its own CTAs.
+    cuda::MatvecQOptions reuse;
+    reuse.x_unchanged = true;
+    expect_bitwise(gpu_matvec_q(t, dw, stride, s.rows, s.cols, dx, 1, reuse), ref, s.rows,
+                   "from the quantized copy");
   }
 }
 
@@ -226,6 +232,13 @@ TEST_P(CudaMatvecQ, TokensEqualSingleActivations) {
                      "vs CPU");
       expect_bitwise(gpu_matvec_q(t, dw, stride, s.rows, s.cols, dx, tokens), many, s.rows,
                      "second run");
+      cuda::MatvecQOptions rows4, reuse;
+      rows4.rows_per_warp = 4;
+      reuse.x_unchanged = true;
+      expect_bitwise(gpu_matvec_q(t, dw, stride, s.rows, s.cols, dx, tokens, rows4), many, s.rows,
+                     "the row-group kernels");
+      expect_bitwise(gpu_matvec_q(t, dw, stride, s.rows, s.cols, dx, tokens, reuse), many, s.rows,
+                     "from the quantized copy");
       std::vector<float> singles;
       for (int k = 0; k < tokens; ++k) {
         const std::vector<float> xk(x.begin() + k * s.cols, x.begin() + (k + 1) * s.cols);
@@ -268,6 +281,31 @@ TEST_P(CudaMatvecQ, SeveralMatricesEqualCpuDotBitwise) {
                      cpu_reference(t, w[i], quant::row_bytes(t, cols) + s.pad, s.rows, cols, x, tokens),
                      s.rows, "matrix of a several-matrix call vs CPU");
     }
+  }
+}
+
+// A call that quantizes x in its own CTAs leaves the device's quantized copy behind: after x
+// changes, a call that vouches x is unchanged since that call must not read the old copy.
+TEST(CudaMatvecQReuse, ACallQuantizingInItsCtasLeavesNoStaleCopy) {
+  REQUIRE_CUDA_DEVICE();
+  const Type t = Type::Q8_0;
+  for (const Shape& s : {Shape{320, 10240, 0}, Shape{640, 320, 0}}) {
+    SCOPED_TRACE(testing::Message() << s.rows << " x " << s.cols);
+    const size_t stride = quant::row_bytes(t, s.cols);
+    const std::vector<uint8_t> w = weight_rows(t, s.rows, s.cols, stride, 9);
+    const std::vector<float> x0 = activation_rows(s.cols, 1, 1, 32),
+                             x1 = activation_rows(s.cols, 1, 2, 32);
+    const cuda::DeviceBuffer dw = to_device(w);
+    cuda::DeviceBuffer dx = to_device(x0);
+    cuda::MatvecQOptions rows4, reuse;
+    rows4.rows_per_warp = 4;
+    reuse.x_unchanged = true;
+    gpu_matvec_q(t, dw, stride, s.rows, s.cols, dx, 1, rows4);  // the copy holds x0
+    device().upload(dx.data(), x1.data(), dx.size());
+    const std::vector<float> ref = cpu_reference(t, w, stride, s.rows, s.cols, x1, 1);
+    expect_bitwise(gpu_matvec_q(t, dw, stride, s.rows, s.cols, dx, 1), ref, s.rows, "x changed");
+    expect_bitwise(gpu_matvec_q(t, dw, stride, s.rows, s.cols, dx, 1, reuse), ref, s.rows,
+                   "unchanged since the last call");
   }
 }
 

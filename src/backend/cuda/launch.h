@@ -56,8 +56,9 @@ void launch_quantize_act(quant::ActFormat f, const float* x, int64_t cols, int t
 // Integer mat-vec (matvec_q*.cu) against activations already in the format's layout.
 constexpr int kMaxDevices = 64;
 // Activations up to this wide are quantized by the MoE mat-vec's CTAs themselves (MoeQLaunch::x):
-// no quantize kernel. (For the plain mat-vec that measured slower on the H200: the quantization
-// sits on each CTA's critical path, 10.7 us against 6.9 + 2.6 for the two kernels.)
+// no quantize kernel. (For the plain mat-vec of many row groups that measured slower on the H200:
+// the quantization sits on each CTA's critical path, 10.7 us against 6.9 + 2.6 for the two
+// kernels; it quantizes its own x only for rows of one step, MatvecQLaunch::x.)
 constexpr int64_t kMaxFusedActCols = 8192;
 
 struct MatvecQLaunch {
@@ -78,6 +79,10 @@ struct MatvecQLaunch {
   // being the first's.
   const MatvecQMatrix* matrices;
   int n_matrices;
+  // A format's from_x launch (matvec_q.cu): the fp32 activations (x_stride floats apart), which
+  // the kernel's CTAs quantize themselves; act is then unused.
+  const float* x;
+  int64_t x_stride;
 };
 void launch_matvec_q(quant::Type t, const MatvecQLaunch& l);
 

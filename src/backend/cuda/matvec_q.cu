@@ -16,6 +16,7 @@ namespace detail {
 
 namespace mvq {
 void launch_matvec_q_q8_0(const MatvecQLaunch& l);
+bool launch_matvec_q_q8_0_from_x(const MatvecQLaunch& l);
 void launch_matvec_q_q4_k(const MatvecQLaunch& l);
 void launch_matvec_q_iq2_xs(const MatvecQLaunch& l);
 void launch_matvec_q_fp8(const MatvecQLaunch& l);
@@ -29,20 +30,23 @@ void launch_matmul_q8_0_mma(const MatvecQLaunch& l);
 namespace {
 
 // A weight format's integer kernels (tiles: tensor-core tiles for more than kMaxMatvecTokens
-// activations, null where the format has none).
+// activations; from_x: a launch whose CTAs quantize the fp32 activations themselves, which
+// returns false where the format's kernels would not gain by it; null where the format has none).
 struct IntegerKernels {
   void (*matvec)(const MatvecQLaunch&);
   void (*moe)(const MoeQLaunch&);
   void (*tiles)(const MatvecQLaunch&);
+  bool (*from_x)(const MatvecQLaunch&);
 };
 
 // Null where the format has none.
 const IntegerKernels* integer_kernels(quant::Type t) {
   static constexpr IntegerKernels kQ8_0{mvq::launch_matvec_q_q8_0, mvq::launch_moe_q_q8_0,
-                                        mvq::launch_matmul_q8_0_mma},
-      kQ4_K{mvq::launch_matvec_q_q4_k, mvq::launch_moe_q_q4_k, nullptr},
-      kIQ2_XS{mvq::launch_matvec_q_iq2_xs, mvq::launch_moe_q_iq2_xs, nullptr},
-      kFP8{mvq::launch_matvec_q_fp8, mvq::launch_moe_q_fp8, nullptr};
+                                        mvq::launch_matmul_q8_0_mma,
+                                        mvq::launch_matvec_q_q8_0_from_x},
+      kQ4_K{mvq::launch_matvec_q_q4_k, mvq::launch_moe_q_q4_k, nullptr, nullptr},
+      kIQ2_XS{mvq::launch_matvec_q_iq2_xs, mvq::launch_moe_q_iq2_xs, nullptr, nullptr},
+      kFP8{mvq::launch_matvec_q_fp8, mvq::launch_moe_q_fp8, nullptr, nullptr};
   switch (t) {
     case quant::Type::Q8_0:
       return &kQ8_0;
@@ -143,7 +147,20 @@ void run_matvec_q(quant::Type t, std::span<const MatvecQMatrix> matrices, int64_
   } else {
     const size_t stride = quantized_act_stride(act, cols), bytes = stride * size_t(tokens);
     const QuantizedAct key{x, cols, tokens, int(act)};
-    if (!options.x_unchanged || ctx.in_scratch != key) {
+    const bool quantized = options.x_unchanged && ctx.in_scratch == key;
+    const IntegerKernels& kernels = *integer_kernels(t);
+    if (!quantized && kernels.from_x && tokens <= kMaxMatvecTokens &&
+        options.rows_per_warp == 0) {
+      MatvecQLaunch from_x = l;
+      from_x.x = x;
+      from_x.x_stride = cols;
+      if (kernels.from_x(from_x)) {
+        // The scratch no longer holds this x's present values (x_unchanged vouches only from here).
+        if (ctx.in_scratch == key) ctx.in_scratch = {};
+        return;
+      }
+    }
+    if (!quantized) {
       if (ctx.scratch.size() < bytes) {
         // The old scratch may still be read by queued work.
         check(cudaStreamSynchronize(ctx.stream), "matvec_q scratch");

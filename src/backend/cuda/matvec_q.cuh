@@ -403,6 +403,15 @@ __global__ void __launch_bounds__(kThreads) matvec_q_kernel(Args a) {
   run_row_groups<K, false>(smem, a, a.nb);
 }
 
+// One activation, quantized by each CTA itself (launch_from_x).
+template <class K>
+__global__ void __launch_bounds__(kThreads) matvec_q_from_x_kernel(Args a) {
+  await_previous_kernel();
+  extern __shared__ __align__(16) uint8_t smem[];
+  K::init_shared(smem, a);
+  run_row_groups<K, true>(smem, a, a.nb);
+}
+
 // Several matrices of one x (1 to kMaxMatvecTokens activations) in one launch (matvec_q over
 // MatvecQMatrix lists): CTAs first_cta .. first_cta + ctas - 1 of the grid take matrix i's row
 // groups, each exactly as the one-matrix kernel would (the same bits).
@@ -627,6 +636,33 @@ void launch(const MatvecQLaunch& l) {
     launch_kernel(matvec_q_matrices_kernel<K>, grid, kThreads, smem, l.stream, a, m);
     check_launch("matvec_q launch");
   }
+}
+
+// One matrix and one fp32 activation (l.x, l.x_stride = the columns, at most kMaxFusedActCols) on
+// matvec_q_from_x_kernel<K>: one CTA per row group while they fit at once.
+template <class K>
+void launch_from_x(const MatvecQLaunch& l) {
+  static_assert(K::T == 1 && kActElems<K> != 0, "one activation in a layout the CTA can quantize");
+  Args a{};
+  a.w = static_cast<const uint8_t*>(l.w);
+  a.row_stride = l.row_stride;
+  a.rows = l.rows;
+  a.nb = int(l.blocks);
+  a.nsteps = int((l.blocks + K::kStep - 1) / K::kStep);
+  a.tokens = 1;
+  a.y = l.y;
+  a.x = l.x;
+  a.act_blocks = int(l.x_stride / kActElems<K>);  // (x_stride: the columns)
+  const size_t last = size_t(l.blocks % K::kStep);
+  a.w_unit = copy_unit(l.w, l.row_stride, size_t(K::kStep) * K::kBytes, last * K::kBytes);
+  a.iq2xs_grid = l.tables.iq2xs_grid;
+  const size_t smem = smem_bytes<K>(stage_layout<K>(l.blocks), true);
+  const int64_t groups = (l.rows + kCtaRows<K> - 1) / kCtaRows<K>;
+  const int64_t resident =
+      int64_t(resident_ctas<K, matvec_q_from_x_kernel<K>>(l.device, smem)) * l.sm_count;
+  launch_kernel(matvec_q_from_x_kernel<K>, int(groups < resident ? groups : resident), kThreads,
+                smem, l.stream, a);
+  check_launch("matvec_q launch");
 }
 
 // moe_q_kernel<K> over the pairs, or with l.groups moe_q_grouped_kernel<G> (G::T = the chunk's

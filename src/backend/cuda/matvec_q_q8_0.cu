@@ -276,8 +276,8 @@ bool launch(const MatvecQLaunch& l) {
     for (int i = 0; i < n; ++i) ctas += (mats[i].rows + rows_per_cta - 1) / rows_per_cta;
     const size_t smem = smem_bytes(l.blocks, rows_per_cta, T);
     if (ctas > int64_t(resident<T>(l.device, smem)) * l.sm_count) continue;
-    Args a{int(l.blocks), rows_per_cta, pitch(l.blocks),
-           static_cast<const uint8_t*>(l.act), l.act_stride, 16, 0};
+    Args a{int(l.blocks), rows_per_cta, pitch(l.blocks), static_cast<const uint8_t*>(l.act),
+           l.act_stride, 16, 0};
     a.a_unit = copy_unit(l.act, l.act_stride, size_t(l.blocks) * 34, 0);
     Matrices m{};
     m.n = n;
@@ -309,6 +309,17 @@ void launch_matvec_q_q8_0(const MatvecQLaunch& l) {
   if (l.tokens == 2) return launch<Q8_0Kernel<4, 2>>(l);
   if (l.rows_per_warp == 8) return launch<Q8_0Kernel<8, 1>>(l);
   return launch<Q8_0Kernel<4, 1>>(l);
+}
+
+// Where the CTAs quantizing x themselves saves the quantize kernel without slowing the mat-vec:
+// rows of one step at one activation (a hyper-connection mixer's up projection, 320 columns; a
+// shared expert's down, 512 or 640), whose CTAs quantize a block or two each. (Long rows a few a
+// CTA quantizing their whole activation in every CTA measured slower than the quantize kernel and
+// the kernel apart on the flagship's mixer down projection, 13.7 us against 3.4 + 6.9, H100.)
+bool launch_matvec_q_q8_0_from_x(const MatvecQLaunch& l) {
+  if (l.tokens != 1 || l.n_matrices > 1 || l.blocks > Q8_0Kernel<4, 1>::kStep) return false;
+  launch_from_x<Q8_0Kernel<4, 1>>(l);
+  return true;
 }
 
 void launch_moe_q_q8_0(const MoeQLaunch& l) {
