@@ -285,6 +285,58 @@ TEST(CudaBackend, WeightsUploadOnceAndHostPointersAreRejected) {
   expect_throws_naming([&] { be.rms_norm(xs, &beyond, 64, 1e-6f, ys); }, "not device memory");
 }
 
+// Expert stacks whose rows are only 2-byte aligned (IQ2_XS rows of one and of three blocks: 74 and
+// 222 bytes, the flagship's gate/up and padded down) are laid out at a 16-byte stride on the
+// device, so the MoE kernels copy their rows with cp.async; the experts' outputs keep their bits:
+// equal to the same experts uploaded one matrix at a time, at the file's stride, in decode
+// windows (pair by pair) and a prefill window (grouped by expert, on the tensor cores).
+TEST(CudaBackend, ExpertStacksOfTwoByteAlignedRowsArePaddedAndKeepTheirBits) {
+  REQUIRE_CUDA_DEVICE();
+  const quant::Type t = quant::Type::IQ2_XS;
+  const int64_t E = 6, K = 4, n_embd = 256, n_ff = 640, down_cols = 768;
+  const HostTensor gate = random_tensor("blk.0.ffn_gate_exps.weight", t, n_ff, n_embd, E, 1),
+                   up = random_tensor("blk.0.ffn_up_exps.weight", t, n_ff, n_embd, E, 2),
+                   down = random_tensor("blk.0.ffn_down_exps.weight", t, n_embd, down_cols, E, 3);
+  // The same matrices as 2-D tensors, one per expert.
+  std::vector<HostTensor> single;
+  for (const HostTensor* stack : {&gate, &up, &down})
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t rows = stack->info.shape[1], cols = stack->info.shape[0];
+      const size_t bytes = size_t(rows) * quant::row_bytes(t, cols);
+      single.emplace_back(stack->info.name + "." + std::to_string(e), t,
+                          std::vector<int64_t>{cols, rows},
+                          std::vector<uint8_t>(stack->bytes.begin() + e * bytes,
+                                               stack->bytes.begin() + (e + 1) * bytes));
+    }
+  CudaBackend be(0);
+  std::vector<ExpertWeights> stacked, apart;
+  for (int64_t e = 0; e < E; ++e) {
+    stacked.push_back({be.weight(gate.info, e), be.weight(up.info, e), be.weight(down.info, e)});
+    apart.push_back({be.weight(single[size_t(e)].info), be.weight(single[size_t(E + e)].info),
+                     be.weight(single[size_t(2 * E + e)].info)});
+  }
+  EXPECT_EQ(stacked[0].gate.row_stride, 80u);
+  EXPECT_EQ(stacked[0].down.row_stride, 224u);
+  EXPECT_EQ(apart[0].down.row_stride, 222u);
+  EXPECT_EQ(static_cast<const uint8_t*>(stacked[1].down.data) -
+                static_cast<const uint8_t*>(stacked[0].down.data),
+            ptrdiff_t(n_embd * 224));
+  Rng rng(4);
+  for (const int64_t rows : {1, 3, 24}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows");
+    const Routing routing = random_routing(rng, rows, E, K);
+    const Floats x = normal_floats(size_t(rows * n_embd), 10 + rows);
+    const auto run = [&](std::span<const ExpertWeights> experts) {
+      Ids ids = be.alloc_ids(rows, K);
+      Tensor weights = be.alloc(rows, K), xt = make(be, rows, n_embd, x), y = be.alloc(rows, n_embd);
+      upload_routing(be, routing, ids, weights);
+      be.moe_experts(xt, ids, weights, experts, y);
+      return read(be, y);
+    };
+    expect_bitwise(run(stacked), run(apart), "padded stacks vs matrices at the file's stride");
+  }
+}
+
 // weight() recognizes a tensor by address, size, name, type, shape and a sample of its bytes: new
 // contents at an old address (another file mapped there) are uploaded again.
 TEST(CudaBackend, NewContentsAtAnOldAddressAreUploadedAgain) {

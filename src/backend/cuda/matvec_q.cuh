@@ -328,8 +328,8 @@ __device__ __forceinline__ void stage_step(uint8_t* stage, const Args& a, int64_
     // Rows past the end copy the last row again, so every byte a lane reads was written.
     const int64_t r = min(r0 + row, a.rows - 1);
     warp_copy(stage + row * a.stage_row,
-              a.w + size_t(r) * a.row_stride + size_t(blk0) * K::kBytes, nblk * K::kBytes, a.w_unit,
-              lane);
+              a.w + size_t(r) * a.row_stride + size_t(blk0) * K::kBytes,
+              nblk * K::kBytes, a.w_unit, lane);
   }
   if constexpr (!kFused) {  // (fused: the activation is already in shared memory)
     const int staged = kPresentTokensOnly<K> ? min(K::T, a.tokens) : K::T;
@@ -438,6 +438,17 @@ __host__ __device__ inline int copy_unit(const void* base, size_t stride, size_t
   return int(bits & (~bits + 1));  // lowest set bit
 }
 
+// The copy unit of a matrix's row chunks (steps of K::kStep blocks, the last of `last` blocks).
+// Where the row stride is a multiple of 16 the last chunk's length does not bind it: warp_copy's
+// last piece may then run past the chunk, into the row's padding and never past its stride, so a
+// row of 74-byte blocks that CudaBackend::weight padded to a 16-byte stride is copied in 16-byte
+// units.
+template <class K>
+__host__ __device__ inline int weight_copy_unit(const void* w, size_t row_stride, size_t last) {
+  return copy_unit(w, row_stride, size_t(K::kStep) * K::kBytes,
+                   row_stride % 16 == 0 ? 0 : last * K::kBytes);
+}
+
 // Blocks in the widest row a MoE launch reads: what its stages are laid out for.
 __host__ __device__ inline int64_t moe_stage_blocks(const MoeQLaunch& l) {
   return (l.max_cols + l.block_elems - 1) / l.block_elems;
@@ -480,7 +491,7 @@ __global__ void __launch_bounds__(kThreads, K::kMoeMinCtas) moe_q_kernel(const M
   a.tokens = 1;
   a.y = y;
   const size_t last = size_t(a.nb % K::kStep);
-  a.w_unit = copy_unit(a.w, a.row_stride, size_t(K::kStep) * K::kBytes, last * K::kBytes);
+  a.w_unit = weight_copy_unit<K>(a.w, a.row_stride, last);
   if constexpr (kActElems<K> != 0) {
     if (l.x) {
       a.x = l.x + row * l.x_stride;
@@ -549,7 +560,7 @@ __global__ void __launch_bounds__(kThreads) moe_q_grouped_kernel(const MoeQLaunc
   a.act_rows = act_rows;
   a.y_rows = y_rows;
   const size_t last = size_t(a.nb % K::kStep);
-  a.w_unit = copy_unit(a.w, a.row_stride, size_t(K::kStep) * K::kBytes, last * K::kBytes);
+  a.w_unit = weight_copy_unit<K>(a.w, a.row_stride, last);
   const int act = en.act[m];
   a.a_unit = copy_unit(l.act[act], l.act_stride[act], size_t(K::kStep) * K::kActBlockBytes,
                        last * K::kActBlockBytes);
@@ -599,7 +610,7 @@ void launch(const MatvecQLaunch& l) {
   a.tokens = l.tokens;
   a.y = l.y;
   const size_t last = size_t(l.blocks % K::kStep);
-  a.w_unit = copy_unit(l.w, l.row_stride, size_t(K::kStep) * K::kBytes, last * K::kBytes);
+  a.w_unit = weight_copy_unit<K>(l.w, l.row_stride, last);
   a.a_unit = copy_unit(l.act, l.act_stride, size_t(K::kStep) * K::kActBlockBytes,
                        last * K::kActBlockBytes);
   a.iq2xs_grid = l.tables.iq2xs_grid;
@@ -630,8 +641,7 @@ void launch(const MatvecQLaunch& l) {
       m.at[i] = {static_cast<const uint8_t*>(src.w), src.row_stride, src.rows, src.y, grid,
                  int(share < 1 ? 1 : share)};
       grid += m.at[i].ctas;
-      a.w_unit = std::min(a.w_unit, copy_unit(src.w, src.row_stride, size_t(K::kStep) * K::kBytes,
-                                              last * K::kBytes));
+      a.w_unit = std::min(a.w_unit, weight_copy_unit<K>(src.w, src.row_stride, last));
     }
     launch_kernel(matvec_q_matrices_kernel<K>, grid, kThreads, smem, l.stream, a, m);
     check_launch("matvec_q launch");
@@ -654,7 +664,7 @@ void launch_from_x(const MatvecQLaunch& l) {
   a.x = l.x;
   a.act_blocks = int(l.x_stride / kActElems<K>);  // (x_stride: the columns)
   const size_t last = size_t(l.blocks % K::kStep);
-  a.w_unit = copy_unit(l.w, l.row_stride, size_t(K::kStep) * K::kBytes, last * K::kBytes);
+  a.w_unit = weight_copy_unit<K>(l.w, l.row_stride, last);
   a.iq2xs_grid = l.tables.iq2xs_grid;
   const size_t smem = smem_bytes<K>(stage_layout<K>(l.blocks), true);
   const int64_t groups = (l.rows + kCtaRows<K> - 1) / kCtaRows<K>;
