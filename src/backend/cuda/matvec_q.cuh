@@ -395,21 +395,13 @@ __device__ __forceinline__ void run_row_groups(uint8_t* smem, Args& a, int64_t s
   }
 }
 
-template <class K>
+// kFromX: one activation, quantized by each CTA itself (launch<K, true>).
+template <class K, bool kFromX = false>
 __global__ void __launch_bounds__(kThreads) matvec_q_kernel(Args a) {
   await_previous_kernel();
   extern __shared__ __align__(16) uint8_t smem[];
   K::init_shared(smem, a);
-  run_row_groups<K, false>(smem, a, a.nb);
-}
-
-// One activation, quantized by each CTA itself (launch_from_x).
-template <class K>
-__global__ void __launch_bounds__(kThreads) matvec_q_from_x_kernel(Args a) {
-  await_previous_kernel();
-  extern __shared__ __align__(16) uint8_t smem[];
-  K::init_shared(smem, a);
-  run_row_groups<K, true>(smem, a, a.nb);
+  run_row_groups<K, kFromX>(smem, a, a.nb);
 }
 
 // Several matrices of one x (1 to kMaxMatvecTokens activations) in one launch (matvec_q over
@@ -597,7 +589,20 @@ int resident_ctas(int device, size_t smem) {
   return blocks_per_sm;
 }
 
-template <class K>
+// One matrix on matvec_q_kernel<K, kFromX>: one CTA per row group while they fit at once.
+template <class K, bool kFromX>
+void launch_one_matrix(const MatvecQLaunch& l, const Args& a, size_t smem) {
+  const int64_t groups = (l.rows + kCtaRows<K> - 1) / kCtaRows<K>;
+  const int64_t resident =
+      int64_t(resident_ctas<K, matvec_q_kernel<K, kFromX>>(l.device, smem)) * l.sm_count;
+  const int grid = int(groups < resident ? groups : resident);
+  launch_kernel(matvec_q_kernel<K, kFromX>, grid, kThreads, smem, l.stream, a);
+  check_launch("matvec_q launch");
+}
+
+// kFromX (one matrix and one fp32 activation l.x of l.x_stride columns, at most
+// kMaxFusedActCols): the CTAs quantize x themselves.
+template <class K, bool kFromX = false>
 void launch(const MatvecQLaunch& l) {
   Args a{};
   a.w = static_cast<const uint8_t*>(l.w);
@@ -615,63 +620,32 @@ void launch(const MatvecQLaunch& l) {
                        last * K::kActBlockBytes);
   a.iq2xs_grid = l.tables.iq2xs_grid;
 
+  if constexpr (kFromX) {
+    static_assert(K::T == 1 && kActElems<K> != 0, "one activation the CTA can quantize");
+    a.x = l.x;
+    a.act_blocks = int(l.x_stride / kActElems<K>);
+    return launch_one_matrix<K, true>(l, a, smem_bytes<K>(stage_layout<K>(l.blocks), true));
+  }
   const size_t smem = smem_bytes<K>(stage_layout<K>(l.blocks), false);
-  if (l.n_matrices <= 1) {
-    const int64_t groups = (l.rows + kCtaRows<K> - 1) / kCtaRows<K>;
-    const int64_t resident =
-        int64_t(resident_ctas<K, matvec_q_kernel<K>>(l.device, smem)) * l.sm_count;
-    const int grid = int(groups < resident ? groups : resident);
-    launch_kernel(matvec_q_kernel<K>, grid, kThreads, smem, l.stream, a);
-    check_launch("matvec_q launch");
-    return;
-  }
-  {
-    // Each matrix gets a CTA per row group while they all fit at once, else its share of them.
-    const int64_t resident =
-        int64_t(resident_ctas<K, matvec_q_matrices_kernel<K>>(l.device, smem)) * l.sm_count;
-    int64_t groups[kMaxMatvecQMatrices], total = 0;
-    for (int i = 0; i < l.n_matrices; ++i)
-      total += groups[i] = (l.matrices[i].rows + kCtaRows<K> - 1) / kCtaRows<K>;
-    Matrices m{};
-    m.n = l.n_matrices;
-    int grid = 0;
-    for (int i = 0; i < l.n_matrices; ++i) {
-      const MatvecQMatrix& src = l.matrices[i];
-      const int64_t share = total <= resident ? groups[i] : groups[i] * resident / total;
-      m.at[i] = {static_cast<const uint8_t*>(src.w), src.row_stride, src.rows, src.y, grid,
-                 int(share < 1 ? 1 : share)};
-      grid += m.at[i].ctas;
-      a.w_unit = std::min(a.w_unit, weight_copy_unit<K>(src.w, src.row_stride, last));
-    }
-    launch_kernel(matvec_q_matrices_kernel<K>, grid, kThreads, smem, l.stream, a, m);
-    check_launch("matvec_q launch");
-  }
-}
-
-// One matrix and one fp32 activation (l.x, l.x_stride = the columns, at most kMaxFusedActCols) on
-// matvec_q_from_x_kernel<K>: one CTA per row group while they fit at once.
-template <class K>
-void launch_from_x(const MatvecQLaunch& l) {
-  static_assert(K::T == 1 && kActElems<K> != 0, "one activation in a layout the CTA can quantize");
-  Args a{};
-  a.w = static_cast<const uint8_t*>(l.w);
-  a.row_stride = l.row_stride;
-  a.rows = l.rows;
-  a.nb = int(l.blocks);
-  a.nsteps = int((l.blocks + K::kStep - 1) / K::kStep);
-  a.tokens = 1;
-  a.y = l.y;
-  a.x = l.x;
-  a.act_blocks = int(l.x_stride / kActElems<K>);  // (x_stride: the columns)
-  const size_t last = size_t(l.blocks % K::kStep);
-  a.w_unit = weight_copy_unit<K>(l.w, l.row_stride, last);
-  a.iq2xs_grid = l.tables.iq2xs_grid;
-  const size_t smem = smem_bytes<K>(stage_layout<K>(l.blocks), true);
-  const int64_t groups = (l.rows + kCtaRows<K> - 1) / kCtaRows<K>;
+  if (l.n_matrices <= 1) return launch_one_matrix<K, false>(l, a, smem);
+  // Each matrix gets a CTA per row group while they all fit at once, else its share of them.
   const int64_t resident =
-      int64_t(resident_ctas<K, matvec_q_from_x_kernel<K>>(l.device, smem)) * l.sm_count;
-  launch_kernel(matvec_q_from_x_kernel<K>, int(groups < resident ? groups : resident), kThreads,
-                smem, l.stream, a);
+      int64_t(resident_ctas<K, matvec_q_matrices_kernel<K>>(l.device, smem)) * l.sm_count;
+  int64_t groups[kMaxMatvecQMatrices], total = 0;
+  for (int i = 0; i < l.n_matrices; ++i)
+    total += groups[i] = (l.matrices[i].rows + kCtaRows<K> - 1) / kCtaRows<K>;
+  Matrices m{};
+  m.n = l.n_matrices;
+  int grid = 0;
+  for (int i = 0; i < l.n_matrices; ++i) {
+    const MatvecQMatrix& src = l.matrices[i];
+    const int64_t share = total <= resident ? groups[i] : groups[i] * resident / total;
+    m.at[i] = {static_cast<const uint8_t*>(src.w), src.row_stride, src.rows, src.y, grid,
+               int(share < 1 ? 1 : share)};
+    grid += m.at[i].ctas;
+    a.w_unit = std::min(a.w_unit, weight_copy_unit<K>(src.w, src.row_stride, last));
+  }
+  launch_kernel(matvec_q_matrices_kernel<K>, grid, kThreads, smem, l.stream, a, m);
   check_launch("matvec_q launch");
 }
 

@@ -318,7 +318,7 @@ void launch_matvec_q_q8_0(const MatvecQLaunch& l) {
 // the kernel apart on the flagship's mixer down projection, 13.7 us against 3.4 + 6.9, H100.)
 bool launch_matvec_q_q8_0_from_x(const MatvecQLaunch& l) {
   if (l.tokens != 1 || l.n_matrices > 1 || l.blocks > Q8_0Kernel<4, 1>::kStep) return false;
-  launch_from_x<Q8_0Kernel<4, 1>>(l);
+  launch<Q8_0Kernel<4, 1>, true>(l);
   return true;
 }
 
