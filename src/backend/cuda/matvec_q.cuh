@@ -328,8 +328,8 @@ __device__ __forceinline__ void stage_step(uint8_t* stage, const Args& a, int64_
     // Rows past the end copy the last row again, so every byte a lane reads was written.
     const int64_t r = min(r0 + row, a.rows - 1);
     warp_copy(stage + row * a.stage_row,
-              a.w + size_t(r) * a.row_stride + size_t(blk0) * K::kBytes,
-              nblk * K::kBytes, a.w_unit, lane);
+              a.w + size_t(r) * a.row_stride + size_t(blk0) * K::kBytes, nblk * K::kBytes, a.w_unit,
+              lane);
   }
   if constexpr (!kFused) {  // (fused: the activation is already in shared memory)
     const int staged = kPresentTokensOnly<K> ? min(K::T, a.tokens) : K::T;
