@@ -449,11 +449,11 @@ __host__ __device__ inline int64_t moe_stage_blocks(const MoeQLaunch& l) {
 // Matrix l.matrices[blockIdx.z] of the expert of list position blockIdx.y (launch.h's
 // MoeQLaunch): the mat-vec above with that expert's rows and the pair's activation, so each
 // pair's y is bitwise the plain mat-vec's.
-// (K::kMoeMinCtas: CTAs per SM the register budget must allow. IQ2_XS and Q8_0 fit 6 without
+// (K::moe_min_ctas(): CTAs per SM the register budget must allow. IQ2_XS and Q8_0 fit 6 without
 // spilling, which keeps a decode token's gate/up CTAs, 10 experts x 2 x 32, resident at once;
 // the compiler's own choice, 122 registers, allowed 4.)
 template <class K>
-__global__ void __launch_bounds__(kThreads, K::kMoeMinCtas) moe_q_kernel(const MoeQLaunch l) {
+__global__ void __launch_bounds__(kThreads, K::moe_min_ctas()) moe_q_kernel(const MoeQLaunch l) {
   await_previous_kernel();
   extern __shared__ __align__(16) uint8_t smem[];
   Args a{};

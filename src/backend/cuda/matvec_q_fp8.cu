@@ -27,7 +27,7 @@ struct FP8Kernel {
   // 1168-byte stride (292 words, 4 mod 32) puts them in different banks.
   static constexpr int kRowPad = 16, kActStride = kStep * kActBlockBytes;
   static constexpr int kSharedBytes = 0;
-  static constexpr int kMoeMinCtas = 1;
+  static constexpr int moe_min_ctas() { return 1; }
   static constexpr int kRowsPerLane = R / 4;
 
   struct Acc {

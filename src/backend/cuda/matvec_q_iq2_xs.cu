@@ -55,7 +55,7 @@ struct IQ2_XSKernel {
   // conflicting lanes per lookup) measured fastest on the H200: the 64 KB of 32 copies cost more
   // occupancy than the conflicts.
   static constexpr int kSharedBytes = 512 * NC * 4;
-  static constexpr int kMoeMinCtas = 6;
+  static constexpr int moe_min_ctas() { return 6; }
 
   // Lane j of group 0 keeps the chain of row j >> kRowShift (after the reduce-scatter, lane j of
   // every group holds that row's block sum).

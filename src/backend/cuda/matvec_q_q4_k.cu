@@ -23,7 +23,7 @@ struct Q4_KKernel {
   static constexpr int R = R_, T = T_, kStep = 8, kBytes = 144, kActBlockBytes = 292;
   static constexpr int kRowPad = 0, kActStride = kStep * kActBlockBytes;
   static constexpr int kSharedBytes = 0;
-  static constexpr int kMoeMinCtas = 1;
+  static constexpr int moe_min_ctas() { return 1; }
 
   struct Acc {
     float low[R][T], high[R][T];  // chains g and g + 4

@@ -33,7 +33,7 @@ struct Q8_0Kernel {
   static constexpr int R = R_, T = T_, kStep = 32, kBytes = 34, kActBlockBytes = 34;
   static constexpr int kRowPad = 0, kActStride = kStep * kActBlockBytes;
   static constexpr int kSharedBytes = 0;
-  static constexpr int kMoeMinCtas = 6;
+  static constexpr int moe_min_ctas() { return 6; }
   static constexpr int kRowsPerLane = R / 4;
 
   struct Acc {
