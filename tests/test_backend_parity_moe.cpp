@@ -106,7 +106,7 @@ TEST_P(WeightOps, MatmulsOfOneXEqualSeparateMatmuls) {
     const int64_t rows[] = {pick(rng, 1, 700), pick(rng, 1, 40), pick(rng, 1, 3), pick(rng, 1, 9)};
     std::vector<HostTensor> hw;
     for (size_t i = 0; i < 4; ++i)
-      hw.push_back(random_tensor("w" + std::to_string(i), t, rows[i], cols, 1,
+      hw.push_back(random_tensor(std::string("w").append(std::to_string(i)), t, rows[i], cols, 1,
                                  300 + uint64_t(t) * 4 + i));
     for (const int64_t T : {int64_t(1), int64_t(3), int64_t(8)}) {
       SCOPED_TRACE(::testing::Message() << "T " << T << " cols " << cols);

@@ -31,7 +31,7 @@ fs::path npm_modules() {
   return STRATA_SOURCE_DIR "/build/npm/node_modules";
 }
 
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string quoted(const fs::path& p) { return std::string("'").append(p.string()).append("'"); }
 
 // Fails the test unless every package is installed where the scripts look.
 void require_packages(std::initializer_list<const char*> names) {
