@@ -33,7 +33,7 @@ class TempDir {
 
 std::string join(const std::vector<uint32_t>& ids) {
   std::string out;
-  for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) out.append(i ? "," : "").append(std::to_string(ids[i]));
   return out;
 }
 
