@@ -569,23 +569,41 @@ constexpr size_t smem_bytes(const StageLayout& s, bool fused) {
                : size_t(K::kSharedBytes) + size_t(s.count) * size_t(s.bytes);
 }
 
-// CTAs of `kernel` resident per SM on `device` with `smem` bytes of dynamic shared memory, looked
-// up once per device and size (a launch must not pay for the query; a model has a few sizes).
-template <class K, auto kernel>
-int resident_ctas(int device, size_t smem) {
+// CTAs of `kernel` resident per SM on `device` with `smem` bytes of dynamic shared memory, its
+// limit first raised to `most` bytes where that is above the default 48 KiB (most = 0: to the
+// device's opt-in limit, and no CTA where smem is past it); looked up once per device and size (a
+// launch must not pay for the query; a model has a few sizes).
+template <auto kernel>
+int resident_per_sm(int device, size_t smem, size_t most) {
   static std::mutex mutex;
   static std::map<std::pair<int, size_t>, int> per_sm;
   const std::lock_guard lock(mutex);
   if (const auto it = per_sm.find({device, smem}); it != per_sm.end()) return it->second;
-  const size_t most = smem_bytes<K>(stage_layout<K>(K::kStep + 1), true);
-  if (most > 48 * 1024)
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)),
-          "cudaFuncSetAttribute");
+  if (most == 0) {
+    int limit = 0;
+    check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+          "cudaDeviceGetAttribute");
+    most = size_t(limit);
+  }
   int blocks_per_sm = 0;
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads, smem),
-        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  if (blocks_per_sm < 1) fail("CUDA matvec_q: kernel does not fit on the device");
+  if (smem <= most) {
+    if (most > 48 * 1024)
+      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)),
+            "cudaFuncSetAttribute");
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads, smem),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  }
   per_sm.emplace(std::pair{device, smem}, blocks_per_sm);
+  return blocks_per_sm;
+}
+
+// The same for a kernel of K's skeleton, whose stages are at most those of a row of K::kStep + 1
+// blocks with the fused activation.
+template <class K, auto kernel>
+int resident_ctas(int device, size_t smem) {
+  const int blocks_per_sm =
+      resident_per_sm<kernel>(device, smem, smem_bytes<K>(stage_layout<K>(K::kStep + 1), true));
+  if (blocks_per_sm < 1) fail("CUDA matvec_q: kernel does not fit on the device");
   return blocks_per_sm;
 }
 

@@ -238,27 +238,6 @@ __global__ void __launch_bounds__(kThreads) kernel(const Args a, const Matrices 
     mx.y[size_t(pair % T) * size_t(mx.rows) + size_t(r0 + pair / T)] = acc;
 }
 
-// CTAs of kernel<T> resident per SM with `smem` bytes (looked up once per device and size).
-template <int T>
-int resident(int device, size_t smem) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, size_t>, int> per_sm;
-  const std::lock_guard lock(mutex);
-  if (const auto it = per_sm.find({device, smem}); it != per_sm.end()) return it->second;
-  int limit = 0;
-  check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-        "cudaDeviceGetAttribute");
-  int blocks = 0;
-  if (smem <= size_t(limit)) {
-    check(cudaFuncSetAttribute(kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
-          "cudaFuncSetAttribute");
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel<T>, kThreads, smem),
-          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  }
-  per_sm.emplace(std::pair{device, smem}, blocks);
-  return blocks;
-}
-
 // Runs l on kernel<T> and returns true where its matrices have long rows in fewer row groups than
 // two an SM, with the fewest rows a CTA that keep every CTA resident at once.
 template <int T>
@@ -275,7 +254,7 @@ bool launch(const MatvecQLaunch& l) {
     int64_t ctas = 0;
     for (int i = 0; i < n; ++i) ctas += (mats[i].rows + rows_per_cta - 1) / rows_per_cta;
     const size_t smem = smem_bytes(l.blocks, rows_per_cta, T);
-    if (ctas > int64_t(resident<T>(l.device, smem)) * l.sm_count) continue;
+    if (ctas > int64_t(resident_per_sm<kernel<T>>(l.device, smem, 0)) * l.sm_count) continue;
     Args a{int(l.blocks), rows_per_cta, pitch(l.blocks), static_cast<const uint8_t*>(l.act),
            l.act_stride, 16, 0};
     a.a_unit = copy_unit(l.act, l.act_stride, size_t(l.blocks) * 34, 0);
