@@ -47,13 +47,24 @@ backend::Routing route_softmax_topk(const Tensor& logits, int64_t top_k, bool re
 
 namespace {
 
-// Output rows per task, as in matmul.
-constexpr int64_t kRowTile = 16;
+// Weight bytes per task: a tile of an expert's rows stays in L1 while each group of activations
+// passes over it. Sized by bytes, not rows: 16-row tiles of down's 148-byte IQ2_XS rows were
+// 2.4 KB tasks. With the pointer lists below built once per op instead of per tile, a window's
+// experts ran 5-8% faster on two threads (BM_MoeWindow, docs/PERFORMANCE.md).
+constexpr size_t kTileBytes = size_t(8) << 10;
+constexpr int64_t kMinTileRows = 16;
 
-// One chosen expert of the window and the (row, rank) pairs routed to it.
+int64_t tile_rows(const Weight& w) {
+  return std::max<int64_t>(kMinTileRows, int64_t(kTileBytes / std::max<size_t>(w.row_stride, 1)));
+}
+
+// One chosen expert of the window, the (row, rank) pairs routed to it, and what its tiles read
+// and write for them (built once per op, not per tile).
 struct Unit {
   int32_t expert;
   std::vector<int64_t> pairs;  // positions in the op's list of pairs, ascending
+  std::vector<const void*> gate_acts, up_acts, down_acts;
+  std::vector<float*> gate_outs, up_outs, down_outs;
 };
 
 // Quantizes every row of x in format f into buf (one activation after another).
@@ -117,7 +128,7 @@ void expert_outputs(const char* op, ThreadPool& pool, Workspace& ws, const Tenso
             ew.up.rows, " x ", ew.up.cols, "], down [", ew.down.rows, " x ", ew.down.cols,
             "] do not fit x ", shape(x));
     unit_of[e] = int64_t(units.size());
-    units.push_back({e, {}});
+    units.emplace_back().expert = e;
   }
   for (int64_t i = 0; i < n_pairs; ++i)
     units[unit_of[routing.experts[size_t(pairs[i])]]].pairs.push_back(i);
@@ -152,34 +163,38 @@ void expert_outputs(const char* op, ThreadPool& pool, Workspace& ws, const Tenso
   ws.act2.resize(h_off[n_pairs]);
   uint8_t* h_act = ws.act2.data();
 
+  for (Unit& u : units) {
+    const backend::ExpertWeights& ew = experts[u.expert];
+    for (int64_t i : u.pairs) {
+      u.gate_acts.push_back(x_act_of(ew.gate, pairs[i] / K));
+      u.up_acts.push_back(x_act_of(ew.up, pairs[i] / K));
+      u.gate_outs.push_back(gate_v + ff_off[i]);
+      u.up_outs.push_back(up_v + ff_off[i]);
+      u.down_acts.push_back(h_act + h_off[i]);
+      u.down_outs.push_back(out.data + pairs[i] * out.stride);
+    }
+  }
+
   // Tasks of (unit, tile of output rows); a unit's tile dots every pair routed to it.
-  auto run_tiles = [&](auto rows_of, auto body) {
+  auto run_tiles = [&](auto weight_of, auto body) {
     std::vector<std::pair<int64_t, int64_t>> tasks;
     for (size_t u = 0; u < units.size(); ++u) {
-      const int64_t rows = rows_of(experts[units[u].expert]);
-      for (int64_t o = 0; o < rows; o += kRowTile) tasks.push_back({int64_t(u), o});
+      const Weight& w = weight_of(experts[units[u].expert]);
+      for (int64_t o = 0; o < w.rows; o += tile_rows(w)) tasks.push_back({int64_t(u), o});
     }
     pool.parallel_for(int64_t(tasks.size()), [&](int64_t i) {
       const Unit& u = units[tasks[i].first];
-      const backend::ExpertWeights& ew = experts[u.expert];
+      const Weight& w = weight_of(experts[u.expert]);
       const int64_t o0 = tasks[i].second;
-      body(u, ew, o0, std::min(rows_of(ew), o0 + kRowTile));
+      body(u, experts[u.expert], o0, std::min(w.rows, o0 + tile_rows(w)));
     });
   };
 
   // gate and up rows for every pair.
-  run_tiles([](const backend::ExpertWeights& ew) { return ew.gate.rows; },
-            [&](const Unit& u, const backend::ExpertWeights& ew, int64_t o0, int64_t o1) {
-              std::vector<const void*> ga, ua;
-              std::vector<float*> gy, uy;
-              for (int64_t i : u.pairs) {
-                ga.push_back(x_act_of(ew.gate, pairs[i] / K));
-                ua.push_back(x_act_of(ew.up, pairs[i] / K));
-                gy.push_back(gate_v + ff_off[i]);
-                uy.push_back(up_v + ff_off[i]);
-              }
-              dot_tile(ew.gate, o0, o1, ga, gy);
-              dot_tile(ew.up, o0, o1, ua, uy);
+  run_tiles([](const backend::ExpertWeights& ew) -> const Weight& { return ew.gate; },
+            [](const Unit& u, const backend::ExpertWeights& ew, int64_t o0, int64_t o1) {
+              dot_tile(ew.gate, o0, o1, u.gate_acts, u.gate_outs);
+              dot_tile(ew.up, o0, o1, u.up_acts, u.up_outs);
             });
 
   // h = silu(gate) * up, quantized for the pair's down weight; a padded down row's extra columns
@@ -194,15 +209,9 @@ void expert_outputs(const char* op, ThreadPool& pool, Workspace& ws, const Tenso
   });
 
   // down rows for every pair.
-  run_tiles([](const backend::ExpertWeights& ew) { return ew.down.rows; },
-            [&](const Unit& u, const backend::ExpertWeights& ew, int64_t o0, int64_t o1) {
-              std::vector<const void*> ha;
-              std::vector<float*> rows;
-              for (int64_t i : u.pairs) {
-                ha.push_back(h_act + h_off[i]);
-                rows.push_back(out.data + pairs[i] * out.stride);
-              }
-              dot_tile(ew.down, o0, o1, ha, rows);
+  run_tiles([](const backend::ExpertWeights& ew) -> const Weight& { return ew.down; },
+            [](const Unit& u, const backend::ExpertWeights& ew, int64_t o0, int64_t o1) {
+              dot_tile(ew.down, o0, o1, u.down_acts, u.down_outs);
             });
 }
 
