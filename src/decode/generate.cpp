@@ -246,9 +246,12 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
   int64_t rows = 1;
   int64_t base = state_.n_past - 1;  // positions before the window's first row
   auto window_start = Clock::now();
-  // Windows that warm a recording (speculation's timings leave them out); read only when drafting.
+  // Windows that warm a recording or grow the journal's copies pay a one-time cost, and
+  // speculation's timings leave them out (the first drafted window of a CPU run took twice a
+  // later one's time, 56 ms of it the journal's first copies); read only when drafting.
   auto warming_windows = [&] { return speculator_.enabled() ? model_.backend().counters().warming_windows : 0; };
-  uint64_t warming_before = warming_windows();
+  auto journal_layout = [&] { return speculator_.enabled() ? speculator_.journal().layout() : 0; };
+  uint64_t warming_before = warming_windows(), layout_before = journal_layout();
   bool done = result.tokens.size() >= limit;
   while (!done) {
     const WindowRows v = verify_rows(
@@ -270,7 +273,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
       tokens_.insert(tokens_.end(), window.begin(), window.begin() + std::ptrdiff_t(kept));
       tm.decode_tokens += kept;
       // A window that ran before its key's recording replays costs what it will not cost again.
-      const bool warming = warming_windows() != warming_before;
+      const bool warming = warming_windows() != warming_before || journal_layout() != layout_before;
       speculator_.window_done(draft, int(rows), int(kept), v.judged, v.accepted,
                               warming ? std::nullopt : std::optional(seconds_since(window_start)));
     }
@@ -286,6 +289,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     rows = int64_t(window.size());
     base = state_.n_past;
     warming_before = warming_windows();
+    layout_before = journal_layout();
     window_start = Clock::now();
     choice.at_positions(history.size(), rows);  // row r chooses the token after history + r
     logits = model_.forward(window, state_, rows > 1 ? model::LogitsMode::All : model::LogitsMode::Last,

@@ -62,6 +62,7 @@ std::span<const int32_t> SequenceRun::next_rows(int64_t budget, bool alone) {
     // Row r chooses the token after history_ + r.
     choice_.at_positions(history_.size(), pending_);
     warming_before_ = session_.model_.backend().counters().warming_windows;
+    journal_layout_before_ = speculator().journal().layout();
     window_start_ = Clock::now();
     return window_;
   }
@@ -156,9 +157,11 @@ void SequenceRun::verify(std::span<float> logits) {
     ++result_.telemetry.decode_steps;
     result_.telemetry.decode_tokens += v.kept;
     if (speculating()) {
-      // Only a window of this run alone, and not one that warmed a recording, times its rows.
-      const bool timed =
-          alone_ && session_.model_.backend().counters().warming_windows == warming_before_;
+      // Only a window of this run alone, and not one that warmed a recording or grew the
+      // journal's copies (one-time costs), times its rows.
+      const bool timed = alone_ &&
+                         session_.model_.backend().counters().warming_windows == warming_before_ &&
+                         speculator().journal().layout() == journal_layout_before_;
       speculator().window_done(draft_, int(rows), int(v.kept), v.judged, v.accepted,
                                timed ? std::optional(seconds_between(window_start_, Clock::now()))
                                      : std::nullopt);
