@@ -2,7 +2,7 @@
 // (cpu::moe_experts): the Qwen3-Next-80B-A3B layer shape (2048 wide, 512 experts of 512 rows, top
 // 10) with IQ2_XS experts, T rows routed at random over all 512 experts each call, so the expert
 // bytes come from DRAM as in a decoding model (one layer's stack is 455 MB).
-//  - moe_window/rows:T/threads:N: GB/s counts the bytes of the distinct experts a call reads;
+//  - BM_MoeWindow/rows:T/threads:N: GB/s counts the bytes of the distinct experts a call reads;
 //    vs_read_bw divides it by read_bandwidth() at the same thread count; us_per_row is the call's
 //    time over its rows (a verification window of T rows against T one-row windows).
 #include <benchmark/benchmark.h>
