@@ -246,12 +246,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
   int64_t rows = 1;
   int64_t base = state_.n_past - 1;  // positions before the window's first row
   auto window_start = Clock::now();
-  // Windows that warm a recording or grow the journal's copies pay a one-time cost, and
-  // speculation's timings leave them out (the first drafted window of a CPU run took twice a
-  // later one's time, 56 ms of it the journal's first copies); read only when drafting.
-  auto warming_windows = [&] { return speculator_.enabled() ? model_.backend().counters().warming_windows : 0; };
-  auto journal_layout = [&] { return speculator_.enabled() ? speculator_.journal().layout() : 0; };
-  uint64_t warming_before = warming_windows(), layout_before = journal_layout();
+  speculator_.window_starts();
   bool done = result.tokens.size() >= limit;
   while (!done) {
     const WindowRows v = verify_rows(
@@ -272,10 +267,10 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
         speculator_.observe(base, std::span(hidden).first(size_t(kept * model_.hidden_cols())));
       tokens_.insert(tokens_.end(), window.begin(), window.begin() + std::ptrdiff_t(kept));
       tm.decode_tokens += kept;
-      // A window that ran before its key's recording replays costs what it will not cost again.
-      const bool warming = warming_windows() != warming_before || journal_layout() != layout_before;
       speculator_.window_done(draft, int(rows), int(kept), v.judged, v.accepted,
-                              warming ? std::nullopt : std::optional(seconds_since(window_start)));
+                              speculator_.window_paid_one_time_costs()
+                                  ? std::nullopt
+                                  : std::optional(seconds_since(window_start)));
     }
     if (done) break;
     // The next window: the last chosen token, then the drafts that fit the output and context.
@@ -288,8 +283,7 @@ GenerateResult Session::run(std::span<const int32_t> prompt, const GenerateParam
     window.insert(window.end(), draft.tokens.begin(), draft.tokens.end());
     rows = int64_t(window.size());
     base = state_.n_past;
-    warming_before = warming_windows();
-    layout_before = journal_layout();
+    speculator_.window_starts();
     window_start = Clock::now();
     choice.at_positions(history.size(), rows);  // row r chooses the token after history + r
     logits = model_.forward(window, state_, rows > 1 ? model::LogitsMode::All : model::LogitsMode::Last,

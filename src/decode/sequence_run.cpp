@@ -61,8 +61,7 @@ std::span<const int32_t> SequenceRun::next_rows(int64_t budget, bool alone) {
     pending_ = int64_t(window_.size());
     // Row r chooses the token after history_ + r.
     choice_.at_positions(history_.size(), pending_);
-    warming_before_ = session_.model_.backend().counters().warming_windows;
-    journal_layout_before_ = speculator().journal().layout();
+    speculator().window_starts();
     window_start_ = Clock::now();
     return window_;
   }
@@ -157,11 +156,8 @@ void SequenceRun::verify(std::span<float> logits) {
     ++result_.telemetry.decode_steps;
     result_.telemetry.decode_tokens += v.kept;
     if (speculating()) {
-      // Only a window of this run alone, and not one that warmed a recording or grew the
-      // journal's copies (one-time costs), times its rows.
-      const bool timed = alone_ &&
-                         session_.model_.backend().counters().warming_windows == warming_before_ &&
-                         speculator().journal().layout() == journal_layout_before_;
+      // Only a window of this run alone that paid no one-time cost times its rows.
+      const bool timed = alone_ && !speculator().window_paid_one_time_costs();
       speculator().window_done(draft_, int(rows), int(v.kept), v.judged, v.accepted,
                                timed ? std::optional(seconds_between(window_start_, Clock::now()))
                                      : std::nullopt);

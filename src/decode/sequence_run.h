@@ -93,8 +93,6 @@ class SequenceRun {
   bool hidden_asked_ = false;    // it returns the rows' hidden states (hidden_)
   std::vector<float> hidden_;
   Clock::time_point window_start_;
-  uint64_t warming_before_ = 0;  // the backend's warming-window count when it started
-  uint64_t journal_layout_before_ = 0;  // the journal's layout when it started
   spec::Report spec_start_;
   Sampler sampler_;
   RowChoice choice_;

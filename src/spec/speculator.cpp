@@ -218,6 +218,17 @@ Pick Speculator::counted_pick(Source s, int available) {
   return pick;
 }
 
+void Speculator::window_starts() {
+  if (!enabled()) return;
+  warming_at_start_ = model_.backend().counters().warming_windows;
+  layout_at_start_ = journal_.layout();
+}
+
+bool Speculator::window_paid_one_time_costs() const {
+  return enabled() && (model_.backend().counters().warming_windows != warming_at_start_ ||
+                       journal_.layout() != layout_at_start_);
+}
+
 void Speculator::window_done(const Draft& draft, int rows, int kept, int judged, int accepted,
                              std::optional<double> seconds) {
   if (seconds) gate_.window_done(rows, *seconds);

@@ -99,8 +99,14 @@ class Speculator {
     std::vector<float> probs;
   };
   Draft plan(std::span<const int32_t> history, int limit, std::span<const int32_t> forced_next = {});
+  // Bracket a window for its timing: one that warmed the backend's recording or grew the
+  // journal's copies paid a one-time cost (the first drafted window of a CPU run took twice a
+  // later one's time, 56 ms of it the journal's first copies), and window_done() is given no
+  // time for it. Read only while speculating.
+  void window_starts();
+  bool window_paid_one_time_costs() const;
   // The window ran in `seconds` (forward plus rollback; none when its time is a one-time cost,
-  // the backend warming its recording): `rows` rows of which the first `kept` stay; of its
+  // window_paid_one_time_costs()): `rows` rows of which the first `kept` stay; of its
   // drafts, `judged` were compared with the target's choice and the first `accepted` of those
   // stood (a generation that ends mid-window judges fewer than it drafted).
   void window_done(const Draft& draft, int rows, int kept, int judged, int accepted,
@@ -131,6 +137,7 @@ class Speculator {
   std::unique_ptr<MtpDrafter> mtp_;
   model::DraftVocab draft_vocab_;
   model::Journal journal_;
+  uint64_t warming_at_start_ = 0, layout_at_start_ = 0;  // window_starts()
   // The gate's pick for source s with `available` drafts, its probes counted.
   Pick counted_pick(Source s, int available);
 
