@@ -337,6 +337,54 @@ TEST(CudaBackend, ExpertStacksOfTwoByteAlignedRowsArePaddedAndKeepTheirBits) {
   }
 }
 
+// In decode windows (few pairs) the integer down kernels compute the hidden layer from the gate and
+// up rows as they quantize it; prefill windows (pairs grouped by expert) write it with the hidden
+// kernel first. Each row of a long window must equal that row alone, for down rows padded past
+// n_ff (IQ2_XS 640 -> 768 in Q8_K blocks, Q8_0 80 -> 96 in Q8_0 blocks, so the zeros past n_ff
+// are computed inside an activation block) and for FP8 downs, which read the hidden rows in fp32
+// (there the hidden kernel always runs).
+TEST(CudaBackend, DecodeMoeComputesTheHiddenLayerInDownWithTheGroupedPathsBits) {
+  REQUIRE_CUDA_DEVICE();
+  const int64_t n_embd = 256, K = 4, rows = 40;  // 160 pairs: grouped; one row: 4 pairs, by pair
+  struct Case {
+    quant::Type type;
+    int64_t n_ff, down_cols;
+  };
+  for (const Case c : {Case{quant::Type::IQ2_XS, 640, 768}, Case{quant::Type::Q8_0, 80, 96},
+                       Case{quant::Type::FP8_E4M3, 64, 64}}) {
+    SCOPED_TRACE(quant::type_name(c.type));
+    const int64_t E = 6;
+    const HostTensor gate = random_tensor("blk.0.ffn_gate_exps.weight", c.type, c.n_ff, n_embd, E, 1),
+                     up = random_tensor("blk.0.ffn_up_exps.weight", c.type, c.n_ff, n_embd, E, 2),
+                     down = random_tensor("blk.0.ffn_down_exps.weight", c.type, n_embd, c.down_cols, E, 3);
+    CudaBackend be(0);
+    std::vector<ExpertWeights> experts;
+    for (int64_t e = 0; e < E; ++e)
+      experts.push_back({be.weight(gate.info, e), be.weight(up.info, e), be.weight(down.info, e)});
+    Rng rng(5);
+    const Routing routing = random_routing(rng, rows, E, K);
+    const Floats x = normal_floats(size_t(rows * n_embd), 11), y0 = normal_floats(size_t(rows * n_embd), 12);
+    Ids ids = be.alloc_ids(rows, K);
+    Tensor weights = be.alloc(rows, K), xt = make(be, rows, n_embd, x);
+    upload_routing(be, routing, ids, weights);
+    Tensor whole = make(be, rows, n_embd, y0), each = make(be, rows, n_embd, y0);
+    be.moe_experts(xt, ids, weights, experts, whole);
+    for (int64_t r = 0; r < rows; ++r) {
+      Ids row_ids = be.alloc_ids(1, K);
+      Tensor row_weights = be.alloc(1, K);
+      Routing one;
+      one.top_k = K;
+      one.experts.assign(routing.experts.begin() + r * K, routing.experts.begin() + (r + 1) * K);
+      one.weights.assign(routing.weights.begin() + r * K, routing.weights.begin() + (r + 1) * K);
+      upload_routing(be, one, row_ids, row_weights);
+      be.moe_experts(xt.rows_view(r, 1), row_ids, row_weights, experts, each.rows_view(r, 1));
+    }
+    const Floats got = read(be, each);
+    expect_bitwise(got, read(be, whole), "one-row windows vs one grouped window");
+    EXPECT_TRUE(std::any_of(got.begin(), got.end(), [&](float v) { return v != 0.0f; }));
+  }
+}
+
 // weight() recognizes a tensor by address, size, name, type, shape and a sample of its bytes: new
 // contents at an old address (another file mapped there) are uploaded again.
 TEST(CudaBackend, NewContentsAtAnOldAddressAreUploadedAgain) {
