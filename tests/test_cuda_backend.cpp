@@ -433,6 +433,49 @@ TEST(CudaBackend, WindowThatAllocatesNothingIsRecordedAndReplayed) {
   EXPECT_GT(be.counters().graph_replays, replays);
 }
 
+// A side branch (Backend::begin_side_branch) runs on the device's side stream with its own
+// mat-vec scratch: matmuls of one x there and of another x on the main stream, at once, give the
+// bits of issue order, op by op and in a recorded window (captured as a parallel branch, then
+// replayed). Rows of 4096 Q8_0 columns quantize x into the scratch, and the repeated matmuls of one
+// x reuse it: with one scratch for both streams they would read the other x's.
+TEST(CudaBackend, SideBranchGivesTheBitsOfIssueOrder) {
+  REQUIRE_CUDA_DEVICE();
+  CudaBackend be(0);
+  const int64_t n = 4096, rows = 2048;
+  const HostTensor wa = random_tensor("a.weight", quant::Type::Q8_0, rows, n, 1, 1),
+                   wb = random_tensor("b.weight", quant::Type::Q8_0, rows, n, 1, 2);
+  const Weight a = be.weight(wa.info), b = be.weight(wb.info);
+  const Tensor xa = make(be, 1, n, normal_floats(size_t(n), 3)), xb = make(be, 1, n, normal_floats(size_t(n), 4));
+  Tensor ya = be.alloc(1, rows), yb = be.alloc(1, rows), sum = be.alloc(1, rows);
+  be.matmul(a, xa, ya);
+  be.matmul(b, xb, yb);
+  const Floats want_a = read(be, ya), want_b = read(be, yb);
+  Floats want_sum(static_cast<size_t>(rows));
+  for (size_t i = 0; i < want_sum.size(); ++i) want_sum[i] = want_a[i] + want_b[i];
+  const uint64_t replays = be.counters().graph_replays;
+  for (int window = 0; window < 4; ++window) {
+    SCOPED_TRACE(::testing::Message() << "window " << window);
+    for (Tensor t : {ya, yb, sum}) be.fill(t, 0.0f);
+    be.begin_window(9);
+    be.begin_side_branch();
+    for (int i = 0; i < 6; ++i) be.matmul(a, xa, ya);
+    be.end_side_branch();
+    for (int i = 0; i < 6; ++i) be.matmul(b, xb, yb);
+    be.join_side_branch();
+    be.add(ya, yb, sum);
+    be.end_window(true);
+    expect_bitwise(read(be, ya), want_a, "side branch");
+    expect_bitwise(read(be, yb), want_b, "main stream");
+    expect_bitwise(read(be, sum), want_sum, "after the join");
+  }
+  EXPECT_GT(be.counters().graph_replays, replays);
+  // A branch left open is joined by the read back.
+  be.fill(ya, 0.0f);
+  be.begin_side_branch();
+  be.matmul(a, xa, ya);
+  expect_bitwise(read(be, ya), want_a, "read back from an open branch");
+}
+
 // A selected list larger than the staging ring's half (it grows): every position of a long
 // window, which must equal dense attention bit for bit.
 TEST(CudaBackend, LargeUploadsStageAndAllPositionsEqualAttention) {

@@ -203,6 +203,15 @@ class Backend {
   // host steps; tensors allocated inside one are valid until the next host step begins.
   virtual void begin_host_step() {}
   virtual void end_host_step() {}
+  // A side branch: the ops issued between begin_side_branch() and end_side_branch() may run
+  // concurrently with the ops issued after it, up to join_side_branch() (or a read back to the
+  // host, a host step or the window's end, which join it too). The branch reads only what the ops
+  // before it wrote and writes only tensors nothing else touches before the join, so the results
+  // are those of issue order. One branch at a time. A backend that runs ops one after another
+  // ignores the hints.
+  virtual void begin_side_branch() {}
+  virtual void end_side_branch() {}
+  virtual void join_side_branch() {}
   virtual BackendCounters counters() const { return {}; }
 
   // Memory. alloc() returns zeroed memory owned by the backend until release(); inside a window it

@@ -164,8 +164,22 @@ void routed_experts(Window& w, int64_t il, const Tensor& x, const backend::Ids& 
 Tensor moe(Window& w, int64_t il, const Tensor& x, Tensor* residual) {
   const LayerWeights& L = w.w.layers[size_t(il)];
   backend::Backend& be = w.be;
-  Tensor logits = w.tmp(w.T, w.c.n_expert);
   const bool shared_expert = present(L.ffn_gate_shexp);
+  // shared_expert_output = self.shared_expert(hidden_states): it needs no routing, so it is a side
+  // branch that may run beside the router and the routed experts.
+  Tensor shared;
+  if (shared_expert) {
+    be.begin_side_branch();
+    Tensor gate = w.tmp(w.T, w.c.n_ff_shexp), up = w.tmp(w.T, w.c.n_ff_shexp);
+    const backend::Weight* ws[] = {&L.ffn_gate_shexp, &L.ffn_up_shexp};
+    Tensor ys[] = {gate, up};
+    be.matmuls(ws, x, ys);
+    be.swiglu(gate, up, gate);  // act_fn(gate_proj(x)) * up_proj(x)
+    shared = w.tmp(w.T, w.c.n_embd);
+    be.matmul(L.ffn_down_shexp, gate, shared);  // down_proj(...)
+    be.end_side_branch();
+  }
+  Tensor logits = w.tmp(w.T, w.c.n_expert);
   Tensor shared_gate = shared_expert ? w.tmp(w.T, 1) : Tensor{};
   // router_logits = F.linear(hidden_states, self.weight), and the shared expert's gate logit
   // self.shared_expert_gate(hidden_states) with it (the same x: one launch where it can be)
@@ -204,14 +218,7 @@ Tensor moe(Window& w, int64_t il, const Tensor& x, Tensor* residual) {
     if (residual) be.add(*residual, y, *residual);
     return y;
   }
-  // shared_expert_output = self.shared_expert(hidden_states)
-  Tensor gate = w.tmp(w.T, w.c.n_ff_shexp), up = w.tmp(w.T, w.c.n_ff_shexp);
-  const backend::Weight* ws[] = {&L.ffn_gate_shexp, &L.ffn_up_shexp};
-  Tensor ys[] = {gate, up};
-  be.matmuls(ws, x, ys);
-  be.swiglu(gate, up, gate);  // act_fn(gate_proj(x)) * up_proj(x)
-  Tensor shared = w.tmp(w.T, w.c.n_embd);
-  be.matmul(L.ffn_down_shexp, gate, shared);  // down_proj(...)
+  be.join_side_branch();
   // expert_output + F.sigmoid(shared_gate) * shared_expert_output
   if (residual)
     be.add_mul_sigmoid_residual(*residual, y, shared, shared_gate);

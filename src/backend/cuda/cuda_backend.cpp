@@ -1,6 +1,7 @@
 // CudaBackend: device memory (tensors, ids, weights), the staging ring for host spans, and the
 // factory. The ops are in cuda_backend_ops.cpp and cuda_backend_moe.cpp.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -139,25 +140,71 @@ const cuda::DeviceInfo& CudaBackend::device_info() const { return impl_->device.
 
 size_t CudaBackend::device_bytes_used() const { return impl_->upload_bytes; }
 
-void CudaBackend::synchronize() { impl_->device.synchronize(); }
+void CudaBackend::synchronize() {
+  impl_->join_side();
+  impl_->device.synchronize();
+}
 
 void CudaBackend::begin_window(uint64_t key) {
+  impl_->join_side();
   impl_->end_matmul_chain();
   impl_->graphs.begin(key);
 }
 
 void CudaBackend::end_window(bool completed) {
+  impl_->join_side();
   impl_->end_matmul_chain();
   impl_->graphs.end(completed);
 }
 void CudaBackend::begin_host_step() {
+  impl_->join_side();
   impl_->end_matmul_chain();
   impl_->graphs.begin_host_step();
 }
 
 void CudaBackend::end_host_step() {
+  impl_->join_side();
   impl_->end_matmul_chain();
   impl_->graphs.end_host_step();
+}
+
+// (The matmul chain ends at every switch: each stream quantizes into its own scratch, so an x
+// quantized on one is not in the other's.)
+namespace {
+
+// STRATA_CUDA_SIDE_BRANCHES=0 keeps every op on the main stream (A/B in one binary).
+bool side_branches_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("STRATA_CUDA_SIDE_BRANCHES");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+}  // namespace
+
+void CudaBackend::begin_side_branch() {
+  if (impl_->graphs.replaying() || impl_->graphs.profiling() || !side_branches_enabled()) return;
+  impl_->join_side();
+  impl_->end_matmul_chain();
+  impl_->device.fork_side();
+  impl_->side = Impl::Side::Open;
+}
+
+void CudaBackend::end_side_branch() {
+  if (impl_->side != Impl::Side::Open) return;
+  impl_->end_matmul_chain();
+  impl_->device.resume_main();
+  impl_->side = Impl::Side::Ended;
+}
+
+void CudaBackend::join_side_branch() { impl_->join_side(); }
+
+void CudaBackend::Impl::join_side() {
+  if (side == Side::None) return;
+  end_matmul_chain();
+  device.join_side();
+  side = Side::None;
 }
 
 BackendCounters CudaBackend::counters() const { return impl_->graphs.counters(); }
@@ -221,6 +268,7 @@ void CudaBackend::upload(const float* host, Tensor dst) {
 
 void CudaBackend::download(const Tensor& src, float* host) {
   check_tensor("download", "src", src);
+  impl_->join_side();
   impl_->graphs.readback("download");
   if (src.rows == 0 || src.cols == 0) return;
   const size_t width = size_t(src.cols) * sizeof(float);
@@ -276,6 +324,7 @@ void CudaBackend::upload_ids(const int32_t* host, Ids dst) {
 
 void CudaBackend::download_ids(const Ids& src, int32_t* host) {
   check_ids("download_ids", "src", src);
+  impl_->join_side();
   impl_->graphs.readback("download_ids");
   if (src.size() == 0) return;
   STRATA_CUDA_CHECK(cudaMemcpyAsync(host, src.data, size_t(src.size()) * sizeof(int32_t),

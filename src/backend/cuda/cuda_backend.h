@@ -128,6 +128,15 @@ class Device {
   // For the backend's own launchers (launch.h); engine code has no use for it.
   const detail::DeviceContext& context() const;
 
+  // Ops go to the device's main stream, or between fork_side() and resume_main() to a side stream
+  // that first waits for everything queued on main so far; join_side() makes main wait for
+  // everything queued on the side. Between the fork and the join the two run concurrently (each
+  // has its own matvec_q scratch); upload, download, copy and synchronize use the stream ops go
+  // to now.
+  void fork_side();
+  void resume_main();
+  void join_side();
+
   void upload(void* dst, const void* src, size_t bytes);
   void download(void* dst, const void* src, size_t bytes);
   void copy(void* dst, const void* src, size_t bytes);  // device to device
@@ -302,6 +311,11 @@ class CudaBackend : public Backend {
   void end_window(bool completed) override;
   void begin_host_step() override;
   void end_host_step() override;
+  // A side branch runs on the device's side stream (Device::fork_side), recorded as a parallel
+  // branch of the window's graph; op by op under STRATA_CUDA_PROFILE it is not opened.
+  void begin_side_branch() override;
+  void end_side_branch() override;
+  void join_side_branch() override;
   BackendCounters counters() const override;
 
   struct Impl;  // cuda_backend_impl.h

@@ -110,20 +110,39 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 struct Device::Impl {
   DeviceInfo info;
+  // The main stream and a side stream (fork_side); `stream` and context.stream are the one ops
+  // are queued on now, `on` its index.
+  cudaStream_t streams[2] = {nullptr, nullptr};
+  cudaEvent_t forked = nullptr, joined = nullptr;
+  int on = 0;
   cudaStream_t stream = nullptr;
   DeviceBuffer tables_memory;
   detail::DecodeTables tables{};
   detail::LaunchLimits limits{};
-  DeviceBuffer act_scratch;       // matvec_q's quantized activations
-  detail::QuantizedAct act_in_scratch;
+  // matvec_q's quantized activations, one scratch per stream (the two may run at once)
+  DeviceBuffer act_scratch[2];
+  detail::QuantizedAct act_in_scratch[2];
   detail::DeviceContext context;  // the above, for the backend's launchers
 
   ~Impl() {
-    if (stream) {
-      cudaSetDevice(info.index);
-      cudaStreamSynchronize(stream);
-      cudaStreamDestroy(stream);
-    }
+    cudaSetDevice(info.index);
+    for (cudaStream_t s : streams)
+      if (s) {
+        cudaStreamSynchronize(s);
+        cudaStreamDestroy(s);
+      }
+    for (cudaEvent_t e : {forked, joined})
+      if (e) cudaEventDestroy(e);
+  }
+
+  void queue_on(int s) {
+    on = s;
+    stream = context.stream = streams[s];
+  }
+
+  detail::MatvecQContext matvec_q_context() {
+    return {info.index,  info.sm_count,      stream, tables, limits,
+            act_scratch[on], act_in_scratch[on]};
   }
 
   // Every op makes this device current first: a thread may drive several devices.
@@ -133,7 +152,11 @@ struct Device::Impl {
 Device::Device(int index) : impl_(std::make_unique<Impl>()) {
   impl_->info = query_device(index);
   impl_->use();
-  check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  for (cudaStream_t& s : impl_->streams)
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  for (cudaEvent_t* e : {&impl_->forked, &impl_->joined})
+    check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
+  impl_->stream = impl_->streams[0];
 
   // The i-quant codebooks, copied from the quant module's tables into one device allocation.
   const size_t n2xxs = sizeof(quant::iq::kIQ2XXSGrid), n2xs = sizeof(quant::iq::kIQ2XSGrid);
@@ -164,6 +187,23 @@ Device::~Device() = default;
 const DeviceInfo& Device::info() const { return impl_->info; }
 
 const detail::DeviceContext& Device::context() const { return impl_->context; }
+
+void Device::fork_side() {
+  impl_->use();
+  if (impl_->on != 0) fail("CUDA fork_side: a side branch is already open");
+  check(cudaEventRecord(impl_->forked, impl_->streams[0]), "fork_side");
+  check(cudaStreamWaitEvent(impl_->streams[1], impl_->forked, 0), "fork_side");
+  impl_->queue_on(1);
+}
+
+void Device::resume_main() { impl_->queue_on(0); }
+
+void Device::join_side() {
+  impl_->use();
+  impl_->queue_on(0);
+  check(cudaEventRecord(impl_->joined, impl_->streams[1]), "join_side");
+  check(cudaStreamWaitEvent(impl_->streams[0], impl_->joined, 0), "join_side");
+}
 
 void Device::upload(void* dst, const void* src, size_t bytes) {
   impl_->use();
@@ -202,9 +242,7 @@ void Device::matvec(quant::Type t, const void* w, size_t row_stride, int64_t row
 void Device::matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t rows, int64_t cols,
                       const float* x, float* y, int tokens, const MatvecQOptions& options) {
   impl_->use();
-  const detail::MatvecQContext ctx{impl_->info.index, impl_->info.sm_count, impl_->stream,
-                                  impl_->tables,     impl_->limits,         impl_->act_scratch,
-                                  impl_->act_in_scratch};
+  const detail::MatvecQContext ctx = impl_->matvec_q_context();
   const MatvecQMatrix matrix{w, row_stride, rows, y};
   detail::run_matvec_q(t, {&matrix, 1}, cols, x, tokens, options, ctx);
 }
@@ -212,10 +250,7 @@ void Device::matvec_q(quant::Type t, const void* w, size_t row_stride, int64_t r
 void Device::matvec_q(quant::Type t, std::span<const MatvecQMatrix> matrices, int64_t cols,
                       const float* x, int tokens, const MatvecQOptions& options) {
   impl_->use();
-  const detail::MatvecQContext ctx{impl_->info.index, impl_->info.sm_count, impl_->stream,
-                                  impl_->tables,     impl_->limits,         impl_->act_scratch,
-                                  impl_->act_in_scratch};
-  detail::run_matvec_q(t, matrices, cols, x, tokens, options, ctx);
+  detail::run_matvec_q(t, matrices, cols, x, tokens, options, impl_->matvec_q_context());
 }
 
 void Device::quantize_act(quant::ActFormat f, const float* x, void* out, int64_t cols,

@@ -46,6 +46,7 @@ class WindowGraphs {
   void begin_host_step();
   void end_host_step();
   Mode mode() const { return mode_; }
+  bool profiling() const { return profile_.enabled(); }
   // Replaying: ops skip their launches (the graph holds them).
   bool replaying() const { return mode_ == Mode::Replay && !in_step_; }
 
