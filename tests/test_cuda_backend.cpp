@@ -337,13 +337,12 @@ TEST(CudaBackend, ExpertStacksOfTwoByteAlignedRowsArePaddedAndKeepTheirBits) {
   }
 }
 
-// In decode windows (few pairs) the integer down kernels compute the hidden layer from the gate and
-// up rows as they quantize it; prefill windows (pairs grouped by expert) write it with the hidden
-// kernel first. Each row of a long window must equal that row alone, for down rows padded past
-// n_ff (IQ2_XS 640 -> 768 in Q8_K blocks, Q8_0 80 -> 96 in Q8_0 blocks, so the zeros past n_ff
-// are computed inside an activation block) and for FP8 downs, which read the hidden rows in fp32
-// (there the hidden kernel always runs).
-TEST(CudaBackend, DecodeMoeComputesTheHiddenLayerInDownWithTheGroupedPathsBits) {
+// Decode windows (few pairs) run the MoE pair by pair, each down CTA quantizing its hidden row
+// itself; prefill windows (pairs grouped by expert) have every hidden row quantized before down.
+// Each row of a long window must equal that row alone, for down rows padded past n_ff (IQ2_XS
+// 640 -> 768 in Q8_K blocks, Q8_0 80 -> 96 in Q8_0 blocks: the zeros past n_ff inside an
+// activation block) and for FP8 downs, which read the hidden rows in fp32.
+TEST(CudaBackend, DecodeMoeByPairEqualsTheGroupedPathForPaddedAndFp8Downs) {
   REQUIRE_CUDA_DEVICE();
   const int64_t n_embd = 256, K = 4, rows = 40;  // 160 pairs: grouped; one row: 4 pairs, by pair
   struct Case {

@@ -124,8 +124,6 @@ struct MoeQLaunch {
   size_t act_stride[3];
   const float* x;    // non-null: the fp32 rows themselves (x_stride floats apart, at most
   int64_t x_stride;  // kMaxFusedActCols columns), quantized in the kernel for Q8_0 / Q8_K layouts
-  const float* x_up;  // non-null (down): x and x_up are the pairs' gate and up rows, and the
-                      // kernel quantizes their swiglu (zero past the expert's gate rows)
   int64_t act_div;
   bool act_at_pair, y_at_pair;
   float* y[2];

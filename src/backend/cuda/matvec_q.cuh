@@ -33,7 +33,6 @@
 #include "backend/cuda/dependent_launch.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/ops.h"
-#include "backend/cuda/ops_common.cuh"
 
 namespace strata::cuda::detail::mvq {
 
@@ -58,10 +57,6 @@ struct Args {
   // memory itself (act_blocks blocks) instead of copying `act`.
   const float* x;
   int act_blocks;
-  // moe_q_kernel<K, true>: x holds an expert's gate rows and x_up its up rows, and the activation
-  // is swiglu(x, x_up) over the first x_valid columns, zero past them (moe_hidden_kernel's values).
-  const float* x_up;
-  int x_valid;
   // The shared-memory stage (stage_layout): bytes of a row's chunk and of an activation's chunk.
   int stage_row, stage_act;
   // A grouped MoE launch (moe_q_grouped_kernel): activation t and its output row, per token (in
@@ -279,27 +274,11 @@ constexpr int kFusedActBytes =
         ? 0
         : int((kMaxFusedActCols + kColsPerStep<K> - 1) / kColsPerStep<K>) * K::kActStride;
 
-// Four activation values from x at float offset i (16-byte aligned); with kSwiglu the MoE's hidden
-// values there: swiglu(gate, up) below a.x_valid, zero at and past it.
-template <bool kSwiglu>
-__device__ __forceinline__ float4 act_values(const Args& a, size_t i) {
-  const float4 g = *reinterpret_cast<const float4*>(a.x + i);
-  if constexpr (!kSwiglu) {
-    return g;
-  } else {
-    const float4 u = *reinterpret_cast<const float4*>(a.x_up + i);
-    const auto h = [&](float gv, float uv, size_t k) {
-      return k < size_t(a.x_valid) ? swiglu_value(gv, uv) : 0.0f;
-    };
-    return make_float4(h(g.x, u.x, i), h(g.y, u.y, i + 1), h(g.z, u.z, i + 2), h(g.w, u.w, i + 3));
-  }
-}
-
 // The CTA quantizes a.x into dst (a.act_blocks blocks of K's activation layout), warp by warp,
 // with kBatch rounds of loads in flight before their quantization. Q8_K takes one: four rounds of
 // a warp's 256 floats held 32 more registers at the kernel's peak, and the MoE's IQ2_XS gate/up
 // ran slower for it (a window of 8 rows' experts 92.6 -> 85.0 us on the H200, two calls).
-template <class K, bool kSwiglu>
+template <class K>
 __device__ __forceinline__ void quantize_act_in_cta(uint8_t* dst, const Args& a, int warp,
                                                     int lane) {
   constexpr int kBatch = kActElems<K> == 256 ? 1 : 4;
@@ -309,8 +288,8 @@ __device__ __forceinline__ void quantize_act_in_cta(uint8_t* dst, const Args& a,
 #pragma unroll
       for (int k = 0; k < kBatch; ++k) {
         const int b = min(b0 + k * kWarps, a.act_blocks - 1);
-        const size_t first = size_t(b) * 256 + 8 * size_t(lane);
-        u[k] = act_values<kSwiglu>(a, first), v[k] = act_values<kSwiglu>(a, first + 4);
+        const float4* src = reinterpret_cast<const float4*>(a.x + size_t(b) * 256) + 2 * lane;
+        u[k] = src[0], v[k] = src[1];
       }
 #pragma unroll
       for (int k = 0; k < kBatch; ++k)
@@ -323,7 +302,7 @@ __device__ __forceinline__ void quantize_act_in_cta(uint8_t* dst, const Args& a,
 #pragma unroll
       for (int k = 0; k < kBatch; ++k) {
         const int b = min(b0 + k * 4 * kWarps, a.act_blocks - 1);
-        u[k] = act_values<kSwiglu>(a, size_t(b) * 32 + 4 * size_t(lane % 8));
+        u[k] = reinterpret_cast<const float4*>(a.x + size_t(b) * 32)[lane % 8];
       }
 #pragma unroll
       for (int k = 0; k < kBatch; ++k) {
@@ -379,10 +358,9 @@ struct MatrixShare {
 
 // Row groups share.first(), + share.stride(), ... of y = W a (K::init_shared done).
 // kFused: the CTA quantizes a.x itself (a template parameter, so the plain mat-vec carries none of
-// that code: with it compiled in, the Q8_0 mat-vec measured 6.9 -> 9.3 us on the H200); kSwiglu:
-// the values it quantizes are swiglu(a.x, a.x_up) (act_values).
+// that code: with it compiled in, the Q8_0 mat-vec measured 6.9 -> 9.3 us on the H200).
 // The stages are laid out for rows of at most `stage_blocks` blocks (a.nb or more).
-template <class K, bool kFused, class Share = GridShare, bool kGather = false, bool kSwiglu = false>
+template <class K, bool kFused, class Share = GridShare, bool kGather = false>
 __device__ __forceinline__ void run_row_groups(uint8_t* smem, Args& a, int64_t stage_blocks,
                                                const Share share = {}) {
   static_assert(!kFused || kActElems<K> != 0, "only Q8_0 and Q8_K activations are fused");
@@ -399,7 +377,7 @@ __device__ __forceinline__ void run_row_groups(uint8_t* smem, Args& a, int64_t s
     cp_async_commit();
     // While the first weights are on their way (the loop's first barrier publishes it).
     if constexpr (kFused)
-      if (g == share.first()) quantize_act_in_cta<K, kSwiglu>(fused_act, a, warp, lane);
+      if (g == share.first()) quantize_act_in_cta<K>(fused_act, a, warp, lane);
     for (int t = 0; t < a.nsteps; ++t) {
       if (t + 1 < a.nsteps)
         stage_step<K, kFused, kGather>(stages + ((t + 1) & 1) * layout.bytes, a, r0, t + 1, warp,
@@ -470,12 +448,11 @@ __host__ __device__ inline int64_t moe_stage_blocks(const MoeQLaunch& l) {
 
 // Matrix l.matrices[blockIdx.z] of the expert of list position blockIdx.y (launch.h's
 // MoeQLaunch): the mat-vec above with that expert's rows and the pair's activation, so each
-// pair's y is bitwise the plain mat-vec's. kSwiglu (down, l.x_up set): the activation is the
-// hidden layer computed from the pair's gate and up rows as the CTA quantizes it.
+// pair's y is bitwise the plain mat-vec's.
 // (K::moe_min_ctas(): CTAs per SM the register budget must allow. IQ2_XS and Q8_0 fit 6 without
 // spilling, which keeps a decode token's gate/up CTAs, 10 experts x 2 x 32, resident at once;
 // the compiler's own choice, 122 registers, allowed 4.)
-template <class K, bool kSwiglu>
+template <class K>
 __global__ void __launch_bounds__(kThreads, K::moe_min_ctas()) moe_q_kernel(const MoeQLaunch l) {
   await_previous_kernel();
   extern __shared__ __align__(16) uint8_t smem[];
@@ -511,11 +488,7 @@ __global__ void __launch_bounds__(kThreads, K::moe_min_ctas()) moe_q_kernel(cons
     if (l.x) {
       a.x = l.x + row * l.x_stride;
       a.act_blocks = en->cols[m] / kActElems<K>;
-      if constexpr (kSwiglu) {
-        a.x_up = l.x_up + row * l.x_stride;
-        a.x_valid = en->rows[0];
-      }
-      return run_row_groups<K, true, GridShare, false, kSwiglu>(smem, a, stage_blocks);
+      return run_row_groups<K, true>(smem, a, stage_blocks);
     }
   }
   const int act = en->act[m];
@@ -694,7 +667,7 @@ void launch(const MatvecQLaunch& l) {
   check_launch("matvec_q launch");
 }
 
-// moe_q_kernel<K, swiglu> over the pairs, or with l.groups moe_q_grouped_kernel<G> (G::T = the chunk's
+// moe_q_kernel<K> over the pairs, or with l.groups moe_q_grouped_kernel<G> (G::T = the chunk's
 // pairs) over the chunks (at most l.max_chunks of them; the device knows how many).
 template <class K, class G>
 void launch_moe(const MoeQLaunch& l) {
@@ -704,14 +677,11 @@ void launch_moe(const MoeQLaunch& l) {
   const int64_t cta_rows = grouped ? kCtaRows<G> : kCtaRows<K>;
   const int64_t groups = (l.max_rows + cta_rows - 1) / cta_rows;
   const bool fused = !grouped && kActElems<K> != 0 && l.x;
-  const bool swiglu = fused && l.x_up;  // (never where K reads fp32: kActElems<K> == 0)
-  constexpr bool kCanSwiglu = kActElems<K> != 0;
   const size_t smem = grouped ? smem_bytes<G>(stage_layout<G>(moe_stage_blocks(l)), false)
                               : smem_bytes<K>(stage_layout<K>(moe_stage_blocks(l)), fused);
   const int64_t resident =
-      int64_t(grouped  ? resident_ctas<G, moe_q_grouped_kernel<G>>(l.device, smem)
-              : swiglu ? resident_ctas<K, moe_q_kernel<K, kCanSwiglu>>(l.device, smem)
-                       : resident_ctas<K, moe_q_kernel<K, false>>(l.device, smem)) *
+      int64_t(grouped ? resident_ctas<G, moe_q_grouped_kernel<G>>(l.device, smem)
+                      : resident_ctas<K, moe_q_kernel<K>>(l.device, smem)) *
       l.sm_count;
   constexpr int64_t kMaxGridY = 65535;
   const int64_t rows_y = grouped ? l.max_chunks : l.n_pairs;
@@ -726,10 +696,8 @@ void launch_moe(const MoeQLaunch& l) {
     const dim3 grid(unsigned(gx), unsigned(ys), unsigned(l.n_matrices));
     if (grouped)
       launch_kernel(moe_q_grouped_kernel<G>, grid, kThreads, smem, l.stream, part);
-    else if (swiglu)
-      launch_kernel(moe_q_kernel<K, kCanSwiglu>, grid, kThreads, smem, l.stream, part);
     else
-      launch_kernel(moe_q_kernel<K, false>, grid, kThreads, smem, l.stream, part);
+      launch_kernel(moe_q_kernel<K>, grid, kThreads, smem, l.stream, part);
     check_launch("moe_q launch");
   }
 }

@@ -15,8 +15,7 @@
 // bitwise Device::matvec of that pair's activation, whatever else the window routes: a T-row
 // window equals T one-row windows bit for bit. The hidden layer is swiglu(gate, up), zero past
 // n_ff (a down row zero-padded to whole blocks meets h = 0 there), quantized for down's layout
-// like any activation (in decode, by the integer down kernels as they compute it from the gate
-// and up rows); moe_combine adds the pair outputs in rank order with fma, as the CPU does.
+// like any activation; moe_combine adds the pair outputs in rank order with fma, as the CPU does.
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
@@ -515,25 +514,14 @@ void launch_moe_expert_outputs_q(const DeviceContext& ctx, const ExpertEntry* ta
     }
   };
   launch_each_type(gate_up_types, n_gate_up_types);
-  // Down kernels that quantize the hidden rows themselves, and when every down reads them
-  // quantized (none an fp32 activation), compute them too, from the gate and up rows: no hidden
-  // kernel, and the same values it writes.
-  const bool fused_hidden = max_cols <= kMaxFusedActCols && n_listed <= kMoeByPairMaxPairs;
-  const bool hidden_in_down =
-      fused_hidden && std::none_of(down_types, down_types + n_down_types, [](quant::Type t) {
-        return quant::kernels(t).act == quant::ActFormat::F32;
-      });
-  if (!hidden_in_down) {
-    launch_kernel(moe_hidden_kernel, unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)),
-                  kThreads, 0, ctx.stream, table, n_experts, expert_ids, listed, n_listed, buf,
-                  true, grouped ? out : Tensor{});
-    STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
-  }
+  launch_kernel(moe_hidden_kernel, unsigned(grid_for(n_listed, 1, ctx.limits.max_blocks)), kThreads,
+                0, ctx.stream, table, n_experts, expert_ids, listed, n_listed, buf, true,
+                grouped ? out : Tensor{});
+  STRATA_CUDA_CHECK_LAUNCH("moe_hidden_kernel");
   // The hidden rows as bytes in each down layout (unless the kernels quantize them), the first
   // written over the gate rows (read by now), a second over the up rows.
-  l.x = hidden_in_down ? buf.gate : fused_hidden ? buf.hidden : nullptr;
-  l.x_up = hidden_in_down ? buf.up : nullptr;
-  l.x_stride = buf.ff_stride;
+  const bool fused_hidden = max_cols <= kMaxFusedActCols && n_listed <= kMoeByPairMaxPairs;
+  l.x = fused_hidden ? buf.hidden : nullptr, l.x_stride = buf.ff_stride;
   l.act[0] = l.act[1] = l.act[2] = nullptr;
   float* free_rows[2] = {buf.gate, buf.up};
   int n_free = 0;
