@@ -182,8 +182,13 @@ TEST_P(SpecDecode, TheWindowThatGrowsTheJournalIsNotTimed) {
   // qwen3moe has no recurrent state, so nothing to copy: its journal does not grow.
   const bool grew = s.speculator().journal().layout() != layout;
   EXPECT_EQ(grew, tiny_->model->config().arch != model::Arch::Qwen3Moe);
-  EXPECT_EQ(s.speculator().gate().measured(2), !grew);
-  EXPECT_TRUE(s.speculator().gate().measured(1));
+  // (On CUDA the first windows of each row count also warm their recording, so they are not timed
+  // whatever the journal does.)
+  const bool cpu = tiny_->backend_name == "cpu";
+  if (cpu) {
+    EXPECT_EQ(s.speculator().gate().measured(2), !grew);
+    EXPECT_TRUE(s.speculator().gate().measured(1));
+  }
   // The journal keeps its copies: the next 2-row window is timed (on CUDA once its recording,
   // two windows, has warmed).
   int runs = 0;
@@ -192,9 +197,8 @@ TEST_P(SpecDecode, TheWindowThatGrowsTheJournalIsNotTimed) {
     ++runs;
   }
   EXPECT_TRUE(s.speculator().gate().measured(2));
-  if (tiny_->backend_name == "cpu") {
-    EXPECT_EQ(runs, grew ? 1 : 0);
-  }
+  EXPECT_TRUE(s.speculator().gate().measured(1));
+  if (cpu) EXPECT_EQ(runs, grew ? 1 : 0);
 }
 
 TEST_P(SpecDecode, SampledEqualsPlainWithRejectionsAtEveryPosition) {
