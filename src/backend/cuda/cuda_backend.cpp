@@ -168,8 +168,6 @@ void CudaBackend::end_host_step() {
   impl_->graphs.end_host_step();
 }
 
-// (The matmul chain ends at every switch: each stream quantizes into its own scratch, so an x
-// quantized on one is not in the other's.)
 namespace {
 
 // STRATA_CUDA_SIDE_BRANCHES=0 keeps every op on the main stream (A/B in one binary).
@@ -183,6 +181,8 @@ bool side_branches_enabled() {
 
 }  // namespace
 
+// (The matmul chain ends at every switch: each stream quantizes into its own scratch, so an x
+// quantized on one is not in the other's.)
 void CudaBackend::begin_side_branch() {
   if (impl_->graphs.replaying() || impl_->graphs.profiling() || !side_branches_enabled()) return;
   impl_->join_side();
