@@ -159,24 +159,35 @@ void routed_experts(Window& w, int64_t il, const Tensor& x, const backend::Ids& 
   if (pair_out.data) be.moe_combine(weights, pair_out, y);
 }
 
+// shared_expert_output = self.shared_expert(hidden_states)
+Tensor shared_expert_output(Window& w, const LayerWeights& L, const Tensor& x) {
+  Tensor gate = w.tmp(w.T, w.c.n_ff_shexp), up = w.tmp(w.T, w.c.n_ff_shexp);
+  const backend::Weight* ws[] = {&L.ffn_gate_shexp, &L.ffn_up_shexp};
+  Tensor ys[] = {gate, up};
+  w.be.matmuls(ws, x, ys);
+  w.be.swiglu(gate, up, gate);  // act_fn(gate_proj(x)) * up_proj(x)
+  Tensor shared = w.tmp(w.T, w.c.n_embd);
+  w.be.matmul(L.ffn_down_shexp, gate, shared);  // down_proj(...)
+  return shared;
+}
+
 }  // namespace
 
 Tensor moe(Window& w, int64_t il, const Tensor& x, Tensor* residual) {
   const LayerWeights& L = w.w.layers[size_t(il)];
   backend::Backend& be = w.be;
   const bool shared_expert = present(L.ffn_gate_shexp);
-  // shared_expert_output = self.shared_expert(hidden_states): it needs no routing, so it is a side
-  // branch that may run beside the router and the routed experts.
+  // The host sees the routing when a route control or the expert cache decides on it.
+  const bool host_step =
+      w.route || w.experts.all_resident(int(il)).empty() || w.experts.wants_read_ahead();
+  // The shared expert needs no routing: a side branch beside the router and the routed experts,
+  // except where the host takes a step (the step joins the branch, and reading the routing back
+  // would wait for it); there it follows the routed experts.
+  const bool beside = shared_expert && !host_step;
   Tensor shared;
-  if (shared_expert) {
+  if (beside) {
     be.begin_side_branch();
-    Tensor gate = w.tmp(w.T, w.c.n_ff_shexp), up = w.tmp(w.T, w.c.n_ff_shexp);
-    const backend::Weight* ws[] = {&L.ffn_gate_shexp, &L.ffn_up_shexp};
-    Tensor ys[] = {gate, up};
-    be.matmuls(ws, x, ys);
-    be.swiglu(gate, up, gate);  // act_fn(gate_proj(x)) * up_proj(x)
-    shared = w.tmp(w.T, w.c.n_embd);
-    be.matmul(L.ffn_down_shexp, gate, shared);  // down_proj(...)
+    shared = shared_expert_output(w, L, x);
     be.end_side_branch();
   }
   Tensor logits = w.tmp(w.T, w.c.n_expert);
@@ -196,7 +207,6 @@ Tensor moe(Window& w, int64_t il, const Tensor& x, Tensor* residual) {
   be.route_softmax_topk(logits, w.renormalize_topk, ids, weights);
   Tensor y = w.tmp(w.T, w.c.n_embd);  // zeros
   {
-    // The host sees the routing when a route control or the expert cache decides on it.
     struct HostStep {
       backend::Backend& be;
       bool on;
@@ -206,7 +216,7 @@ Tensor moe(Window& w, int64_t il, const Tensor& x, Tensor* residual) {
       ~HostStep() {
         if (on) be.end_host_step();
       }
-    } step(be, w.route || w.experts.all_resident(int(il)).empty() || w.experts.wants_read_ahead());
+    } step(be, host_step);
     std::optional<backend::Routing> controlled;
     if (w.route) {
       controlled = w.route->route(be, w.experts, int(il), logits, ids, weights);
@@ -218,7 +228,10 @@ Tensor moe(Window& w, int64_t il, const Tensor& x, Tensor* residual) {
     if (residual) be.add(*residual, y, *residual);
     return y;
   }
-  be.join_side_branch();
+  if (beside)
+    be.join_side_branch();
+  else
+    shared = shared_expert_output(w, L, x);
   // expert_output + F.sigmoid(shared_gate) * shared_expert_output
   if (residual)
     be.add_mul_sigmoid_residual(*residual, y, shared, shared_gate);
