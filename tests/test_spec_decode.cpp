@@ -198,7 +198,9 @@ TEST_P(SpecDecode, TheWindowThatGrowsTheJournalIsNotTimed) {
   }
   EXPECT_TRUE(s.speculator().gate().measured(2));
   EXPECT_TRUE(s.speculator().gate().measured(1));
-  if (cpu) EXPECT_EQ(runs, grew ? 1 : 0);
+  if (cpu) {
+    EXPECT_EQ(runs, grew ? 1 : 0);
+  }
 }
 
 TEST_P(SpecDecode, SampledEqualsPlainWithRejectionsAtEveryPosition) {

@@ -188,23 +188,20 @@ void CudaBackend::begin_side_branch() {
   impl_->join_side();
   impl_->end_matmul_chain();
   impl_->device.fork_side();
-  impl_->side = Impl::Side::Open;
 }
 
 void CudaBackend::end_side_branch() {
-  if (impl_->side != Impl::Side::Open) return;
+  if (!impl_->device.on_side()) return;
   impl_->end_matmul_chain();
   impl_->device.resume_main();
-  impl_->side = Impl::Side::Ended;
 }
 
 void CudaBackend::join_side_branch() { impl_->join_side(); }
 
 void CudaBackend::Impl::join_side() {
-  if (side == Side::None) return;
+  if (!device.side_unjoined()) return;
   end_matmul_chain();
   device.join_side();
-  side = Side::None;
 }
 
 BackendCounters CudaBackend::counters() const { return impl_->graphs.counters(); }

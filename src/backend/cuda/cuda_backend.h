@@ -130,12 +130,14 @@ class Device {
 
   // Ops go to the device's main stream, or between fork_side() and resume_main() to a side stream
   // that first waits for everything queued on main so far; join_side() makes main wait for
-  // everything queued on the side. Between the fork and the join the two run concurrently (each
-  // has its own matvec_q scratch); upload, download, copy and synchronize use the stream ops go
-  // to now.
+  // everything queued on the side (nothing when no fork is unjoined). Between the fork and the
+  // join the two run concurrently (each has its own matvec_q scratch); upload, download, copy and
+  // synchronize use the stream ops go to now.
   void fork_side();
   void resume_main();
   void join_side();
+  bool on_side() const;        // between fork_side() and resume_main() or join_side()
+  bool side_unjoined() const;  // between fork_side() and join_side()
 
   void upload(void* dst, const void* src, size_t bytes);
   void download(void* dst, const void* src, size_t bytes);

@@ -134,10 +134,7 @@ struct CudaBackend::Impl {
     bool operator==(const MatmulX&) const = default;
   };
   void end_matmul_chain() { matmul_x = quantized_x = {}; }
-  // The side branch (Backend::begin_side_branch): open (ops go to the side stream), ended but not
-  // joined yet, or none. join_side() joins an open or ended one.
-  enum class Side { None, Open, Ended };
-  Side side = Side::None;
+  // Joins the device's side branch (Backend::begin_side_branch) if one is forked and unjoined.
   void join_side();
   MatmulX matmul_x, quantized_x;
   uint64_t matmul_ops = 0;

@@ -115,6 +115,7 @@ struct Device::Impl {
   cudaStream_t streams[2] = {nullptr, nullptr};
   cudaEvent_t forked = nullptr, joined = nullptr;
   int on = 0;
+  bool forked_unjoined = false;  // fork_side ran and join_side has not
   cudaStream_t stream = nullptr;
   DeviceBuffer tables_memory;
   detail::DecodeTables tables{};
@@ -190,19 +191,26 @@ const detail::DeviceContext& Device::context() const { return impl_->context; }
 
 void Device::fork_side() {
   impl_->use();
-  if (impl_->on != 0) fail("CUDA fork_side: a side branch is already open");
+  if (impl_->forked_unjoined) fail("CUDA fork_side: the side branch before is not joined");
   check(cudaEventRecord(impl_->forked, impl_->streams[0]), "fork_side");
   check(cudaStreamWaitEvent(impl_->streams[1], impl_->forked, 0), "fork_side");
+  impl_->forked_unjoined = true;
   impl_->queue_on(1);
 }
 
 void Device::resume_main() { impl_->queue_on(0); }
 
+bool Device::on_side() const { return impl_->on == 1; }
+
+bool Device::side_unjoined() const { return impl_->forked_unjoined; }
+
 void Device::join_side() {
+  if (!impl_->forked_unjoined) return;
   impl_->use();
   impl_->queue_on(0);
   check(cudaEventRecord(impl_->joined, impl_->streams[1]), "join_side");
   check(cudaStreamWaitEvent(impl_->streams[0], impl_->joined, 0), "join_side");
+  impl_->forked_unjoined = false;
 }
 
 void Device::upload(void* dst, const void* src, size_t bytes) {
