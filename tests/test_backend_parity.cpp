@@ -7,6 +7,7 @@
 // device, printing why. Weight ops are in test_backend_parity_moe.cpp; the CPU backend's checks
 // against naive references stay in test_backend_ops*.cpp.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "backend_test_util.h"
@@ -805,6 +806,80 @@ TEST_P(Ops, StatefulOpsOverSequencesEqualEachSequenceAlone) {
   expect_throws_naming([&] { be().conv1d_silu_sequences(x, past_end, wt, y); }, "outside the window's 4 rows");
   const SequenceState short_state[] = {{0, 2, states.rows_view(0, 3)}, {2, 2, states.rows_view(3, 2)}};
   expect_throws_naming([&] { be().conv1d_silu_sequences(x, short_state, wt, y); }, "differs in shape");
+}
+
+// The DeltaNet's recurrence as one op (CUDA: one kernel for windows of up to
+// kDeltaNetMaxRows rows a sequence) against its ops one by one on the same backend, bitwise: y and
+// every sequence's conv and delta-rule states; against the CPU within the delta rule's limit.
+// Draws: state 128 with three value heads a key head and sigmoid gates (the flagship's), state 64
+// interleaved (Qwen3-Next's), and rows past the one-kernel bound (the ops one by one).
+TEST_P(Ops, DeltaNetRecurrenceEqualsItsOps) {
+  struct Draw {
+    int64_t state, key_heads, heads_per_key, max_rows, sequences;
+    HeadRepeat repeat;
+    OutputGate gate;
+  };
+  const Draw draws[] = {{128, 2, 3, 2, 3, HeadRepeat::Tiled, OutputGate::Sigmoid},
+                        {64, 3, 2, 1, 1, HeadRepeat::Interleaved, OutputGate::Silu},
+                        {128, 2, 2, 8, 2, HeadRepeat::Interleaved, OutputGate::Silu},
+                        {64, 1, 1, 12, 2, HeadRepeat::Tiled, OutputGate::Silu}};
+  uint64_t seed = 40;
+  for (const Draw& d : draws) {
+    Rng rng(++seed);
+    const int64_t s = d.state, H = d.key_heads * d.heads_per_key, kd = d.key_heads * s, vd = H * s;
+    const int64_t C = 2 * kd + vd, K = 4, n = d.sequences;
+    std::vector<SequenceState> seqs;
+    int64_t T = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t rows = i == 0 ? d.max_rows : pick(rng, 1, d.max_rows);
+      seqs.push_back({T, rows, {}});
+      T += rows;
+    }
+    SCOPED_TRACE(::testing::Message() << n << " sequences, T " << T << " state " << s << " heads " << H);
+    const Floats qkv = normal_floats(size_t(T * C), seed), z = normal_floats(size_t(T * vd), seed + 1),
+                 b = normal_floats(size_t(T * H), seed + 2, 2.0f), a = normal_floats(size_t(T * H), seed + 3, 2.0f),
+                 conv0 = normal_floats(size_t(n * (K - 1) * C), seed + 4),
+                 ssm0 = normal_floats(size_t(n * H * s * s), seed + 5, 0.1f);
+    HostTensor conv_w = f32_tensor("conv.weight", {K, C}, normal_floats(size_t(C * K), seed + 6, 0.5f));
+    HostTensor dt = f32_tensor("ssm_dt.bias", {H}, normal_floats(size_t(H), seed + 7));
+    Floats neg(static_cast<size_t>(H));
+    for (float& v : neg) v = -rng.uniform(0.1f, 2.0f);
+    HostTensor sa = f32_tensor("ssm_a", {H}, neg);
+    HostTensor norm = f32_tensor("ssm_norm.weight", {s}, normal_floats(size_t(s), seed + 8));
+    const float q_scale = 1.0f / std::sqrt(float(s));
+    // y, then the conv states, then the delta-rule states.
+    auto run = [&](Backend& k, bool one_op) {
+      const Weight cw = k.weight(conv_w.info), dtw = k.weight(dt.info), saw = k.weight(sa.info),
+                   nw = k.weight(norm.info);
+      Tensor qkv_t = make(k, T, C, qkv), z_t = make(k, T, vd, z), b_t = make(k, T, H, b), a_t = make(k, T, H, a);
+      Tensor conv_all = make(k, n * (K - 1), C, conv0), ssm_all = make(k, n * H * s, s, ssm0), y = k.alloc(T, vd);
+      std::vector<SequenceState> conv = seqs, ssm = seqs;
+      for (int64_t i = 0; i < n; ++i) {
+        conv[size_t(i)].state = conv_all.rows_view(i * (K - 1), K - 1);
+        ssm[size_t(i)].state = ssm_all.rows_view(i * H * s, H * s);
+      }
+      if (one_op) {
+        k.delta_net_recurrence({qkv_t, conv, &cw, b_t, a_t, &dtw, &saw, ssm, H, s, d.repeat, 1e-6f,
+                                q_scale, &nw, 1e-6f, z_t, d.gate},
+                               y);
+      } else {
+        Tensor cy = k.alloc(T, C), beta = k.alloc(T, H), g = k.alloc(T, H), qk = k.alloc(T, 2 * kd);
+        k.conv1d_silu_sequences(qkv_t, conv, cw, cy);
+        k.ssm_gates(b_t, a_t, dtw, saw, beta, g);
+        k.qk_l2_norm(cy.cols_view(0, 2 * kd), s, 1e-6f, kd, q_scale, qk);
+        k.gated_delta_rule_sequences(qk.cols_view(0, kd), qk.cols_view(kd, kd), cy.cols_view(2 * kd, vd),
+                                     g, beta, ssm, H, d.repeat, y);
+        k.rms_norm_gated(y, nw, s, 1e-6f, z_t, d.gate);
+      }
+      return std::vector<Floats>{read(k, y), read(k, conv_all), read(k, ssm_all)};
+    };
+    const std::vector<Floats> got = run(be(), true), ops = run(be(), false), cpu = run(ref(), true);
+    const char* what[] = {"y", "conv states", "delta rule states"};
+    for (size_t i = 0; i < got.size(); ++i) {
+      expect_bitwise(got[i], ops[i], std::string(what[i]) + ": one op vs its ops");
+      expect_close(got[i], cpu[i], 1e-4, 1e-5, std::string(what[i]) + " vs cpu");
+    }
+  }
 }
 
 // The cache write and attention over a window of several sequences, each at its own position

@@ -201,6 +201,24 @@ void Backend::gated_delta_rule_sequences(const Tensor& q, const Tensor& k, const
   }
 }
 
+void Backend::delta_net_recurrence(const DeltaNetRecurrence& r, Tensor y) {
+  const int64_t T = r.qkv.rows, key_dim = (r.qkv.cols - y.cols) / 2;
+  if (key_dim <= 0 || 2 * key_dim + y.cols != r.qkv.cols || y.rows != T)
+    fail("delta_net_recurrence: qkv ", shape_of(r.qkv), " is not q, k and the values of y ",
+         shape_of(y));
+  Tensor conv = alloc(T, r.qkv.cols);
+  conv1d_silu_sequences(r.qkv, r.conv_states, *r.conv, conv);
+  Tensor beta = alloc(T, r.n_heads), g = alloc(T, r.n_heads);
+  ssm_gates(r.b, r.a, *r.dt_bias, *r.ssm_a, beta, g);
+  Tensor qk = alloc(T, 2 * key_dim);
+  qk_l2_norm(conv.cols_view(0, 2 * key_dim), r.state, r.l2_eps, key_dim, r.q_scale, qk);
+  gated_delta_rule_sequences(qk.cols_view(0, key_dim), qk.cols_view(key_dim, key_dim),
+                             conv.cols_view(2 * key_dim, y.cols), g, beta, r.ssm_states, r.n_heads,
+                             r.repeat, y);
+  rms_norm_gated(y, *r.norm, r.state, r.norm_eps, r.z, r.gate);
+  for (const Tensor& t : {conv, beta, g, qk}) release(t);
+}
+
 Ids make_ids(Backend& be, std::span<const int32_t> host, int64_t rows, int64_t cols) {
   if (int64_t(host.size()) != rows * cols)
     fail("make_ids: ", host.size(), " values for [", rows, " x ", cols, "]");

@@ -89,6 +89,31 @@ struct SequenceState {
   Tensor state;
 };
 
+// The operands of Backend::delta_net_recurrence: n_heads value heads (y.cols / n_heads columns
+// each) over key heads of `state` columns (key_dim = (qkv.cols - y.cols) / 2 of q, then of k):
+//   conv = conv1d_silu_sequences(qkv, conv_states, conv)         causal_conv1d_fn, silu
+//   q, k = qk_l2_norm(conv[:, :2 key_dim], state, l2_eps, key_dim, q_scale)
+//   beta, g = ssm_gates(b, a, dt_bias, ssm_a)                     b, a: [T, n_heads]
+//   y = gated_delta_rule_sequences(q, k, conv[:, 2 key_dim:], g, beta, ssm_states, n_heads, repeat)
+//   rms_norm_gated(y, norm, state, norm_eps, z, gate)             self.norm(core_attn_out, z)
+// The conv and delta-rule states advance as those ops advance them.
+struct DeltaNetRecurrence {
+  Tensor qkv;
+  std::span<const SequenceState> conv_states;
+  const Weight* conv = nullptr;
+  Tensor b, a;
+  const Weight* dt_bias = nullptr;
+  const Weight* ssm_a = nullptr;
+  std::span<const SequenceState> ssm_states;
+  int64_t n_heads = 0, state = 0;
+  HeadRepeat repeat = HeadRepeat::Interleaved;
+  float l2_eps = 0.0f, q_scale = 1.0f;
+  const Weight* norm = nullptr;
+  float norm_eps = 0.0f;
+  Tensor z;
+  OutputGate gate = OutputGate::Silu;
+};
+
 // One sequence's rows of a window and its layer's KV cache (kv_write_sequences,
 // attention_sequences).
 struct SequenceCache {
@@ -402,6 +427,11 @@ class Backend {
     mul_sigmoid(beta, b, beta);
     ssm_decay(a, dt_bias, ssm_a, g);
   }
+
+  // The DeltaNet between its in-projections and its out-projection (Qwen3NextGatedDeltaNet),
+  // for a window of sequences; what the default does with the ops above, which a backend may run
+  // as fewer launches with the same bits.
+  virtual void delta_net_recurrence(const DeltaNetRecurrence& r, Tensor y);
 
   // Router: softmax over logits, top-k (k = experts.cols; ties: lower expert id), optionally
   // renormalised over the chosen k, into experts [T, k] and weights [T, k] in backend memory.

@@ -296,6 +296,8 @@ class CudaBackend : public Backend {
   void ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a, Tensor g) override;
   void ssm_gates(const Tensor& b, const Tensor& a, const Weight& dt_bias, const Weight& ssm_a,
                  Tensor beta, Tensor g) override;
+  // One kernel where the shape fits (detail::delta_net_recurrence_fits), else the ops one by one.
+  void delta_net_recurrence(const backend::DeltaNetRecurrence& r, Tensor y) override;
   void route_softmax_topk(const Tensor& logits, bool renormalize, Ids experts,
                           Tensor weights) override;
   void moe_experts(const Tensor& x, const Ids& experts, const Tensor& weights,

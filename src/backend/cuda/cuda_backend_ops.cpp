@@ -3,6 +3,8 @@
 // staged to the device, then one launch (ops.h).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/ops_ssm.h"
@@ -502,14 +504,12 @@ void CudaBackend::conv1d_silu(const Tensor& x, Tensor state, const Weight& w, Te
 
 namespace {
 
-// The checks of conv1d_dilated_silu on x, y and one state.
-void check_conv(const CudaBackend::Impl& impl, const char* op, const Tensor& x, const Tensor& state,
-                const Weight& w, int64_t dilation, const Tensor& y) {
+// The checks of conv1d_dilated_silu on x and one state.
+void check_conv_state(const CudaBackend::Impl& impl, const char* op, const Tensor& x,
+                      const Tensor& state, const Weight& w, int64_t dilation) {
   require(dilation >= 1, op, "dilation ", dilation, " must be >= 1");
   check_tensor(op, "x", x);
   check_tensor(op, "state", state);
-  check_tensor(op, "y", y);
-  check_same_shape(op, "x", x, "y", y);
   check_f32_weight(op, w);
   require(w.rows == x.cols && w.cols >= 1, op, "the weight [", w.rows, " x ", w.cols,
           "] should have one row per channel of x ", shape(x));
@@ -518,9 +518,17 @@ void check_conv(const CudaBackend::Impl& impl, const char* op, const Tensor& x, 
   const int64_t S = (w.cols - 1) * dilation;
   require(state.rows == S && state.cols == x.cols, op, "state ", shape(state), " should be [", S,
           " x ", x.cols, "]");
+  check_no_overlap(op, "state", state, "x", x);
+}
+
+// ... and on y.
+void check_conv(const CudaBackend::Impl& impl, const char* op, const Tensor& x, const Tensor& state,
+                const Weight& w, int64_t dilation, const Tensor& y) {
+  check_conv_state(impl, op, x, state, w, dilation);
+  check_tensor(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
   check_no_overlap(op, "x", x, "y", y);
   check_no_overlap(op, "state", state, "y", y);
-  check_no_overlap(op, "state", state, "x", x);
 }
 
 // The checks of gated_delta_rule on one state: how value heads read q/k heads.
@@ -602,6 +610,81 @@ void CudaBackend::ssm_gates(const Tensor& b, const Tensor& a, const Weight& dt_b
   check_same_shape(op, "a", a, "beta", beta);
   detail::launch_ssm_gates(impl_->ctx, b, a, static_cast<const float*>(dt_bias.data),
                            static_cast<const float*>(ssm_a.data), beta, g);
+}
+
+namespace {
+
+// STRATA_CUDA_DELTA_NET_KERNEL=0 runs the recurrence op by op (A/B in one binary).
+bool delta_net_kernel_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("STRATA_CUDA_DELTA_NET_KERNEL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+}  // namespace
+
+void CudaBackend::delta_net_recurrence(const DeltaNetRecurrence& r, Tensor y) {
+  const int64_t key_dim = (r.qkv.cols - y.cols) / 2;
+  int64_t most_rows = 0;
+  for (const SequenceState& s : r.ssm_states) most_rows = std::max(most_rows, s.rows);
+  // The choice depends on shapes alone, so a recorded window's replay takes the branch its
+  // capture took (the ops one by one allocate their intermediates).
+  if (!delta_net_kernel_enabled() || r.n_heads <= 0 || y.cols != r.n_heads * r.state ||
+      !detail::delta_net_recurrence_fits(r.state, key_dim, r.n_heads, most_rows))
+    return Backend::delta_net_recurrence(r, y);
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  constexpr const char* op = "delta_net_recurrence";
+  const int64_t T = r.qkv.rows;
+  check_tensor(op, "qkv", r.qkv);
+  check_tensor(op, "y", y);
+  require(y.rows == T && 2 * key_dim + y.cols == r.qkv.cols, op, "qkv ", shape(r.qkv),
+          " is not q, k and the values of y ", shape(y));
+  check_tensor(op, "z", r.z);
+  check_same_shape(op, "y", y, "z", r.z);
+  check_decay(op, *impl_, r.a, *r.dt_bias, *r.ssm_a, r.b);
+  require(r.a.rows == T && r.a.cols == r.n_heads, op, "a ", shape(r.a), " should be [", T, " x ",
+          r.n_heads, "]");
+  check_f32_weight(op, *r.norm);
+  require(r.norm->rows * r.norm->cols == r.state, op, "the norm has ", r.norm->rows * r.norm->cols,
+          " values but the state is ", r.state);
+  impl_->check_device_weight(op, "the norm", *r.norm);
+  check_sequences(op, T, r.ssm_states);
+  check_sequences(op, T, r.conv_states);
+  require(r.conv_states.size() == r.ssm_states.size(), op, r.conv_states.size(), " conv states for ",
+          r.ssm_states.size(), " sequences");
+  std::vector<detail::DeltaNetSequence> sequences;
+  for (size_t i = 0; i < r.ssm_states.size(); ++i) {
+    const SequenceState& c = r.conv_states[i];
+    const SequenceState& s = r.ssm_states[i];
+    require(c.first == s.first && c.rows == s.rows, op, "sequence ", i, "'s conv and delta-rule rows differ");
+    const auto rows = [&s](const Tensor& t) { return t.rows_view(s.first, s.rows); };
+    // The checks of the ops this one stands for, on tensors of their operands' shapes.
+    check_conv_state(*impl_, op, rows(r.qkv), c.state, *r.conv, 1);
+    check_rule(rows(r.qkv).cols_view(0, key_dim), rows(r.qkv).cols_view(key_dim, key_dim),
+               rows(r.qkv).cols_view(2 * key_dim, y.cols), rows(r.a), rows(r.b), s.state, r.n_heads,
+               r.repeat, rows(y));
+    require(!overlaps(c.state, y) && !overlaps(c.state, r.z) && !overlaps(s.state, r.z), op,
+            "a state overlaps y or z");
+    sequences.push_back({s.first, s.rows, c.state.data, s.state.data});
+  }
+  for (const Tensor* in : {&r.qkv, &r.b, &r.a, &r.z})
+    require(!overlaps(*in, y), op, "y overlaps an input");
+  detail::DeltaNetLaunch p;
+  p.qkv = r.qkv.data, p.qkv_stride = r.qkv.stride, p.key_dim = key_dim;
+  p.conv = static_cast<const float*>(r.conv->data), p.taps = r.conv->cols;
+  p.conv_stride = r.conv_states.empty() ? 0 : r.conv_states[0].state.stride;
+  p.b = r.b.data, p.b_stride = r.b.stride, p.a = r.a.data, p.a_stride = r.a.stride;
+  p.dt_bias = static_cast<const float*>(r.dt_bias->data);
+  p.ssm_a = static_cast<const float*>(r.ssm_a->data);
+  p.n_heads = r.n_heads, p.state = r.state, p.interleaved = r.repeat == HeadRepeat::Interleaved;
+  p.l2_eps = r.l2_eps, p.q_scale = r.q_scale;
+  p.norm = static_cast<const float*>(r.norm->data), p.norm_eps = r.norm_eps;
+  p.z = r.z.data, p.z_stride = r.z.stride, p.gate = r.gate;
+  p.y = y.data, p.y_stride = y.stride;
+  detail::launch_delta_net_recurrence(impl_->ctx, p, sequences);
 }
 
 }  // namespace strata::backend

@@ -30,29 +30,44 @@ __device__ __forceinline__ void await_previous_kernel() {
 // False when STRATA_CUDA_PDL=0 (read once): every launch then waits for the previous kernel.
 bool dependent_launch_enabled();
 
-// kernel<<<grid, block, smem, stream>>>(args...) as a dependent launch, or nothing when the grid
-// or block is outside the hardware's limits (launch_out_of_range, cuda_backend.h). Either way the
+// kernel<<<grid, block, smem, stream>>>(args...) as a dependent launch, its CTAs in clusters of
+// cluster_x along x where that is more than 1 (sm_90: a cluster's CTAs run at the same time and
+// can wait for each other, cooperative_groups::this_cluster().sync()), or nothing when the grid or
+// block is outside the hardware's limits (launch_out_of_range, cuda_backend.h). Either way the
 // launch check that follows (STRATA_CUDA_CHECK_LAUNCH or check_launch, as after <<<>>>) reports
 // what went wrong.
 template <typename... Params, typename... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                   cudaStream_t stream, Args&&... args) {
+void launch_kernel_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                            cudaStream_t stream, unsigned cluster_x, Args&&... args) {
   if (std::string why = launch_out_of_range(grid.x, grid.y, grid.z, block.x, block.y, block.z);
       !why.empty()) {
     refused_launch = std::move(why);
     return;
   }
-  cudaLaunchAttribute dependent{};
-  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  dependent.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attrs[2]{};
+  unsigned n = 0;
+  if (dependent_launch_enabled()) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n++].val.clusterDim = {cluster_x, 1, 1};
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &dependent;
-  config.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  config.attrs = attrs;
+  config.numAttrs = n;
   cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, Args&&... args) {
+  launch_kernel_clusters(kernel, grid, block, smem, stream, 1, std::forward<Args>(args)...);
 }
 
 }  // namespace strata::cuda::detail

@@ -158,6 +158,43 @@ void launch_ssm_decay(const DeviceContext& ctx, const Tensor& a, const float* dt
 void launch_ssm_gates(const DeviceContext& ctx, const Tensor& b, const Tensor& a,
                       const float* dt_bias, const float* ssm_a, Tensor beta, Tensor g);
 
+// ops_delta_net.cu --------------------------------------------------------------------------------
+
+// Backend::delta_net_recurrence in one kernel: the operands of one window, device pointers, and
+// each sequence's rows with its conv state ([taps - 1, channels], conv_stride) and delta-rule
+// state ([n_heads * state, dv] contiguous).
+struct DeltaNetLaunch {
+  const float* qkv = nullptr;
+  int64_t qkv_stride = 0, key_dim = 0;
+  const float* conv = nullptr;  // [channels, taps] contiguous
+  int64_t taps = 0, conv_stride = 0;
+  const float *b = nullptr, *a = nullptr;
+  int64_t b_stride = 0, a_stride = 0;
+  const float *dt_bias = nullptr, *ssm_a = nullptr;
+  int64_t n_heads = 0, state = 0;  // value heads of dv = state columns, key heads of `state`
+  bool interleaved = true;         // backend::HeadRepeat::Interleaved
+  float l2_eps = 0.0f, q_scale = 1.0f;
+  const float* norm = nullptr;  // [state]
+  float norm_eps = 0.0f;
+  const float* z = nullptr;
+  int64_t z_stride = 0;
+  backend::OutputGate gate = backend::OutputGate::Silu;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+};
+struct DeltaNetSequence {
+  int64_t first = 0, rows = 0;
+  float* conv_state = nullptr;
+  float* ssm_state = nullptr;
+};
+// Whether the kernel takes this shape: a state of 64 or 128 (= dv), at most 8 value heads a key
+// head (one cluster), and at most kDeltaNetMaxRows rows a sequence (longer windows run the ops one
+// by one, whose kernels spread the rows).
+constexpr int64_t kDeltaNetMaxRows = 8;
+bool delta_net_recurrence_fits(int64_t state, int64_t key_dim, int64_t n_heads, int64_t max_rows);
+void launch_delta_net_recurrence(const DeviceContext& ctx, const DeltaNetLaunch& p,
+                                 std::span<const DeltaNetSequence> sequences);
+
 // ops_matmul.cu -----------------------------------------------------------------------------------
 
 // out [x.rows, x.cols] contiguous = x with each block replaced by what its quantization in layout

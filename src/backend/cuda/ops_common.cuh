@@ -87,4 +87,15 @@ __device__ __forceinline__ float swiglu_value(float g, float u) {
   return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
 }
 
+// The delta rule's log decay: ssm_a * softplus(a + dt_bias), softplus(z) = z > 20 ? z :
+// log1p(exp(z)) (torch's threshold).
+__device__ __forceinline__ float decay_value(float a, float dt_bias, float ssm_a) {
+  const float z = __fadd_rn(a, dt_bias);
+  const float softplus = z > 20.0f ? z : log1pf(expf(z));
+  return __fmul_rn(ssm_a, softplus);
+}
+
+// silu(x) as the CPU computes it: x / (1 + e^-x).
+__device__ __forceinline__ float silu_value(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+
 }  // namespace strata::cuda::detail

@@ -67,7 +67,7 @@ __global__ void conv1d_silu_kernel(const float* __restrict__ x, int64_t x_stride
     for (int64_t t = threadIdx.y; t < T; t += blockDim.y) {
       float acc = 0.0f;
       for (int64_t j = 0; j < K; ++j) acc = __fadd_rn(acc, __fmul_rn(wc[j], in(t - (K - 1 - j) * D)));
-      y[t * y_stride + c] = __fdiv_rn(acc, __fadd_rn(1.0f, expf(-acc)));
+      y[t * y_stride + c] = silu_value(acc);
     }
   }
   __syncthreads();  // every output has read the old state
@@ -171,13 +171,6 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < kDK; ++i) S[i * dv] = col[i];
   }
-}
-
-// g = ssm_a * softplus(a + dt_bias), softplus(z) = z > 20 ? z : log1p(exp(z)) (torch's threshold).
-__device__ __forceinline__ float decay_value(float a, float dt_bias, float ssm_a) {
-  const float z = __fadd_rn(a, dt_bias);
-  const float softplus = z > 20.0f ? z : log1pf(expf(z));
-  return __fmul_rn(ssm_a, softplus);
 }
 
 __global__ void ssm_decay_kernel(const float* __restrict__ a, int64_t a_stride, int64_t rows,
