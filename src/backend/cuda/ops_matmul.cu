@@ -5,6 +5,7 @@
 // activation is quantized by the same rule and replaced by the values it encodes, then dotted in
 // fp32 with the decoded weights (ops_matvec_rows.cuh), so the GPU multiplies the same numbers the
 // CPU does and differs from it only by float rounding, not by quantization error.
+#include <algorithm>
 #include <climits>
 
 #include "backend/cuda/check.h"
@@ -56,7 +57,7 @@ struct RowMatrices {
 };
 
 // Warp (blockIdx.x, warp) takes launch rows o; blockIdx.y a pass of per_pass (<= kActsPerPass)
-// activation rows.
+// activation rows. A CTA has up to kWarps warps (fewer spread a short matrix over more SMs).
 template <typename D>
 __global__ void __launch_bounds__(kThreads)
     matmul_kernel(const RowMatrices m, int groups, const float* __restrict__ act,
@@ -66,8 +67,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t pass = blockIdx.y; pass < passes; pass += gridDim.y) {
     const int64_t first = pass * per_pass;
     const int n = int(n_act - first < per_pass ? n_act - first : per_pass);
-    for (int64_t o = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; o < m.rows;
-         o += int64_t(gridDim.x) * kWarps) {
+    const int warps = int(blockDim.x) / 32;
+    for (int64_t o = int64_t(blockIdx.x) * warps + threadIdx.x / 32; o < m.rows;
+         o += int64_t(gridDim.x) * warps) {
       RowMatrices::Matrix mi = m.at[0];  // (constant indices: the list stays in registers)
 #pragma unroll
       for (int i = 1; i < kMaxMatvecQMatrices; ++i)
@@ -167,12 +169,17 @@ void launch_matmuls(const DeviceContext& ctx, quant::Type t, std::span<const Mat
     }
     const int64_t n_act = ms[0].y.rows;
     if (m.rows == 0 || n_act == 0) return;
-    const int gx = grid_for(m.rows, kWarps, ctx.limits.max_blocks);
     const int per_pass = acts_per_pass(m.rows, n_act, ctx.sm_count);
     const int64_t passes = (n_act + per_pass - 1) / per_pass;
+    // One pass of a matrix of few rows (the router's, in decode): as few warps a CTA as put a CTA
+    // on every SM, instead of kWarps on some of them (latency, not bandwidth, bounds such a pass).
+    int64_t warps = kWarps;
+    if (passes == 1 && ctx.sm_count > 0)
+      warps = std::clamp<int64_t>((m.rows + ctx.sm_count - 1) / ctx.sm_count, 2, kWarps);
+    const int gx = grid_for(m.rows, warps, ctx.limits.max_blocks);
     const dim3 grid(unsigned(gx), unsigned(passes < 65535 ? passes : 65535));
-    launch_kernel(matmul_kernel<D>, grid, kThreads, 0, ctx.stream, m, int(cols / 8), act,
-                  act_stride, n_act, per_pass, ctx.tables);
+    launch_kernel(matmul_kernel<D>, grid, unsigned(warps * 32), 0, ctx.stream, m, int(cols / 8),
+                  act, act_stride, n_act, per_pass, ctx.tables);
     STRATA_CUDA_CHECK_LAUNCH("matmul_kernel");
   });
   if (!known) fail("CUDA matmul: no decoder for weight type ", quant::type_name(t));
