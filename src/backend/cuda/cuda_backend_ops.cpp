@@ -660,6 +660,8 @@ void CudaBackend::delta_net_recurrence(const DeltaNetRecurrence& r, Tensor y) {
     const SequenceState& c = r.conv_states[i];
     const SequenceState& s = r.ssm_states[i];
     require(c.first == s.first && c.rows == s.rows, op, "sequence ", i, "'s conv and delta-rule rows differ");
+    require(c.state.stride == r.conv_states[0].state.stride, op, "sequence ", i,
+            "'s conv state has another row stride than the first's");
     const auto rows = [&s](const Tensor& t) { return t.rows_view(s.first, s.rows); };
     // The checks of the ops this one stands for, on tensors of their operands' shapes.
     check_conv_state(*impl_, op, rows(r.qkv), c.state, *r.conv, 1);
