@@ -1,7 +1,6 @@
 // CudaBackend: device memory (tensors, ids, weights), the staging ring for host spans, and the
 // factory. The ops are in cuda_backend_ops.cpp and cuda_backend_moe.cpp.
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -172,10 +171,7 @@ namespace {
 
 // STRATA_CUDA_SIDE_BRANCHES=0 keeps every op on the main stream (A/B in one binary).
 bool side_branches_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("STRATA_CUDA_SIDE_BRANCHES");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = cuda::detail::env_switch_on("STRATA_CUDA_SIDE_BRANCHES");
   return enabled;
 }
 

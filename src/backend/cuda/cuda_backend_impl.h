@@ -20,6 +20,12 @@
 #include "backend/cuda/ops.h"
 #include "backend/cuda/window_graphs.h"
 
+namespace strata::cuda::detail {
+// True unless the environment variable `name` is "0": the A/B switches STRATA_CUDA_PDL,
+// STRATA_CUDA_SIDE_BRANCHES and STRATA_CUDA_DELTA_NET_KERNEL (dependent_launch.cpp).
+bool env_switch_on(const char* name);
+}  // namespace strata::cuda::detail
+
 namespace strata::backend {
 
 using cpu::check_no_overlap;

@@ -3,8 +3,6 @@
 // staged to the device, then one launch (ops.h).
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "backend/cpu/ops_ssm.h"
@@ -616,10 +614,7 @@ namespace {
 
 // STRATA_CUDA_DELTA_NET_KERNEL=0 runs the recurrence op by op (A/B in one binary).
 bool delta_net_kernel_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("STRATA_CUDA_DELTA_NET_KERNEL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = detail::env_switch_on("STRATA_CUDA_DELTA_NET_KERNEL");
   return enabled;
 }
 

@@ -7,11 +7,13 @@
 
 namespace strata::cuda::detail {
 
+bool env_switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 bool dependent_launch_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("STRATA_CUDA_PDL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = env_switch_on("STRATA_CUDA_PDL");
   return enabled;
 }
 
