@@ -437,6 +437,58 @@ TEST_P(Ops, AddRmsNormIsAddThenRmsNorm) {
                        "rms_norm");
 }
 
+// The block's gated shared-expert add, the residual add and the next layer's input norm in one
+// op: y, the residual and the norm bitwise the two ops on the same backend (whose sigmoid may
+// differ from the CPU's in expf's last bit: against the CPU within that), at widths the CUDA
+// backend fuses and at widths it runs as the ops, with a per-row and a per-element gate; T rows
+// give the bits of T one-row calls.
+TEST_P(Ops, AddMulSigmoidResidualRmsNormIsItsOps) {
+  for (const int64_t C : {int64_t(300), int64_t(2048), int64_t(2053)}) {
+    for (const int64_t gate_cols : {int64_t(1), C}) {
+      const int64_t T = 3;
+      SCOPED_TRACE(::testing::Message() << "C " << C << " gate columns " << gate_cols);
+      const Floats r0 = normal_floats(size_t(T * C), uint64_t(C), 3.0f),
+                   y0 = normal_floats(size_t(T * C), uint64_t(C) + 1),
+                   x0 = normal_floats(size_t(T * C), uint64_t(C) + 2),
+                   g0 = normal_floats(size_t(T * gate_cols), uint64_t(C) + 3, 2.0f);
+      HostTensor gain = f32_tensor("norm.weight", {C}, normal_floats(size_t(C), uint64_t(C) + 4));
+      // residual, y, normed
+      auto run = [&](Backend& k, bool one_op, bool row_by_row) {
+        const Weight wk = k.weight(gain.info);
+        Tensor r = make(k, T, C, r0), y = make(k, T, C, y0), x = make(k, T, C, x0),
+               g = make(k, T, gate_cols, g0), n = k.alloc(T, C);
+        for (int64_t t = row_by_row ? 0 : -1; t < (row_by_row ? T : 0); ++t) {
+          const auto rows = [&](const Tensor& a) { return t < 0 ? a : a.rows_view(t, 1); };
+          if (one_op) {
+            k.add_mul_sigmoid_residual_rms_norm(rows(r), rows(y), rows(x), rows(g), wk, 1e-6f, rows(n));
+          } else {
+            k.add_mul_sigmoid_residual(rows(r), rows(y), rows(x), rows(g));
+            k.rms_norm(rows(r), &wk, C, 1e-6f, rows(n));
+          }
+        }
+        return std::vector<Floats>{read(k, r), read(k, y), read(k, n)};
+      };
+      const std::vector<Floats> got = run(be(), true, false), ops = run(be(), false, false),
+                                rows = run(be(), true, true), cpu = run(ref(), false, false);
+      const char* what[] = {"residual", "y", "normed"};
+      for (size_t i = 0; i < got.size(); ++i) {
+        expect_bitwise(got[i], ops[i], std::string(what[i]) + ": one op vs its ops");
+        expect_bitwise(rows[i], got[i], std::string(what[i]) + ": T rows vs one-row calls");
+        expect_close(got[i], cpu[i], 1e-5, 1e-5, std::string(what[i]) + " vs cpu");
+      }
+    }
+  }
+  HostTensor gain = f32_tensor("norm.weight", {2048}, normal_floats(2048, 3));
+  const Weight wb = be().weight(gain.info);
+  Tensor a = be().alloc(2, 2048), b = be().alloc(2, 2048), c = be().alloc(2, 2048),
+         n = be().alloc(2, 2048), g = be().alloc(2, 3);
+  expect_throws_naming(
+      [&] { be().add_mul_sigmoid_residual_rms_norm(a, b, c, g.cols_view(0, 1), wb, 1e-6f, n.rows_view(0, 1)); },
+      "rms_norm");
+  expect_throws_naming([&] { be().add_mul_sigmoid_residual_rms_norm(a, b, c, g, wb, 1e-6f, n); },
+                       "sigmoid");
+}
+
 TEST_P(Ops, RopeNeox) {
   for (uint64_t draw : kDraws) {
     Rng rng(draw);
@@ -812,17 +864,20 @@ TEST_P(Ops, StatefulOpsOverSequencesEqualEachSequenceAlone) {
 // kDeltaNetMaxRows rows a sequence) against its ops one by one on the same backend, bitwise: y and
 // every sequence's conv and delta-rule states; against the CPU within the delta rule's limit.
 // Draws: state 128 with three value heads a key head and sigmoid gates (the flagship's), state 64
-// interleaved (Qwen3-Next's), and rows past the one-kernel bound (the ops one by one).
+// interleaved with b and a in in_proj_ba's groups (Qwen3-Next's), and rows past the one-kernel
+// bound (the ops one by one, the grouped b and a split first).
 TEST_P(Ops, DeltaNetRecurrenceEqualsItsOps) {
   struct Draw {
     int64_t state, key_heads, heads_per_key, max_rows, sequences;
     HeadRepeat repeat;
     OutputGate gate;
+    bool ba;  // b and a as one tensor, a group a key head
   };
-  const Draw draws[] = {{128, 2, 3, 2, 3, HeadRepeat::Tiled, OutputGate::Sigmoid},
-                        {64, 3, 2, 1, 1, HeadRepeat::Interleaved, OutputGate::Silu},
-                        {128, 2, 2, 8, 2, HeadRepeat::Interleaved, OutputGate::Silu},
-                        {64, 1, 1, 12, 2, HeadRepeat::Tiled, OutputGate::Silu}};
+  const Draw draws[] = {{128, 2, 3, 2, 3, HeadRepeat::Tiled, OutputGate::Sigmoid, false},
+                        {64, 3, 2, 1, 1, HeadRepeat::Interleaved, OutputGate::Silu, true},
+                        {128, 2, 2, 8, 2, HeadRepeat::Interleaved, OutputGate::Silu, false},
+                        {64, 2, 3, 12, 2, HeadRepeat::Interleaved, OutputGate::Silu, true},
+                        {64, 1, 1, 12, 2, HeadRepeat::Tiled, OutputGate::Silu, false}};
   uint64_t seed = 40;
   for (const Draw& d : draws) {
     Rng rng(++seed);
@@ -847,6 +902,14 @@ TEST_P(Ops, DeltaNetRecurrenceEqualsItsOps) {
     HostTensor sa = f32_tensor("ssm_a", {H}, neg);
     HostTensor norm = f32_tensor("ssm_norm.weight", {s}, normal_floats(size_t(s), seed + 8));
     const float q_scale = 1.0f / std::sqrt(float(s));
+    // ba: per row and key head, its value heads' b, then their a
+    Floats ba(size_t(T * 2 * H));
+    const int64_t r = d.heads_per_key;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        ba[size_t(t * 2 * H + h / r * 2 * r + h % r)] = b[size_t(t * H + h)];
+        ba[size_t(t * 2 * H + h / r * 2 * r + r + h % r)] = a[size_t(t * H + h)];
+      }
     // y, then the conv states, then the delta-rule states.
     auto run = [&](Backend& k, bool one_op) {
       const Weight cw = k.weight(conv_w.info), dtw = k.weight(dt.info), saw = k.weight(sa.info),
@@ -859,9 +922,10 @@ TEST_P(Ops, DeltaNetRecurrenceEqualsItsOps) {
         ssm[size_t(i)].state = ssm_all.rows_view(i * H * s, H * s);
       }
       if (one_op) {
-        k.delta_net_recurrence({qkv_t, conv, &cw, b_t, a_t, &dtw, &saw, ssm, H, s, d.repeat, 1e-6f,
-                                q_scale, &nw, 1e-6f, z_t, d.gate},
-                               y);
+        DeltaNetRecurrence op{qkv_t, conv, &cw, b_t, a_t, {}, 0, &dtw, &saw, ssm, H, s, d.repeat,
+                              1e-6f, q_scale, &nw, 1e-6f, z_t, d.gate};
+        if (d.ba) op.b = op.a = {}, op.ba = make(k, T, 2 * H, ba), op.ba_groups = d.key_heads;
+        k.delta_net_recurrence(op, y);
       } else {
         Tensor cy = k.alloc(T, C), beta = k.alloc(T, H), g = k.alloc(T, H), qk = k.alloc(T, 2 * kd);
         k.conv1d_silu_sequences(qkv_t, conv, cw, cy);

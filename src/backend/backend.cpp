@@ -209,7 +209,18 @@ void Backend::delta_net_recurrence(const DeltaNetRecurrence& r, Tensor y) {
   Tensor conv = alloc(T, r.qkv.cols);
   conv1d_silu_sequences(r.qkv, r.conv_states, *r.conv, conv);
   Tensor beta = alloc(T, r.n_heads), g = alloc(T, r.n_heads);
-  ssm_gates(r.b, r.a, *r.dt_bias, *r.ssm_a, beta, g);
+  if (r.ba_groups > 0) {
+    if (r.n_heads % r.ba_groups != 0 || r.ba.cols != 2 * r.n_heads || r.ba.rows != T)
+      fail("delta_net_recurrence: ba ", shape_of(r.ba), " is not ", r.ba_groups,
+           " groups of b and a for ", r.n_heads, " heads and ", T, " rows");
+    const int64_t widths[] = {r.n_heads / r.ba_groups, r.n_heads / r.ba_groups};
+    Tensor parts[] = {alloc(T, r.n_heads), alloc(T, r.n_heads)};
+    split_groups(r.ba, r.ba_groups, widths, parts);
+    ssm_gates(parts[0], parts[1], *r.dt_bias, *r.ssm_a, beta, g);
+    for (const Tensor& t : parts) release(t);
+  } else {
+    ssm_gates(r.b, r.a, *r.dt_bias, *r.ssm_a, beta, g);
+  }
   Tensor qk = alloc(T, 2 * key_dim);
   qk_l2_norm(conv.cols_view(0, 2 * key_dim), r.state, r.l2_eps, key_dim, r.q_scale, qk);
   gated_delta_rule_sequences(qk.cols_view(0, key_dim), qk.cols_view(key_dim, key_dim),

@@ -94,6 +94,9 @@ struct SequenceState {
 //   conv = conv1d_silu_sequences(qkv, conv_states, conv)         causal_conv1d_fn, silu
 //   q, k = qk_l2_norm(conv[:, :2 key_dim], state, l2_eps, key_dim, q_scale)
 //   beta, g = ssm_gates(b, a, dt_bias, ssm_a)                     b, a: [T, n_heads]
+// b and a are either two tensors or, where ba_groups > 0, split from ba [T, 2 n_heads]: ba_groups
+// groups, each its n_heads / ba_groups heads' b then their a (Qwen3-Next's in_proj_ba; the default
+// splits it with split_groups).
 //   y = gated_delta_rule_sequences(q, k, conv[:, 2 key_dim:], g, beta, ssm_states, n_heads, repeat)
 //   rms_norm_gated(y, norm, state, norm_eps, z, gate)             self.norm(core_attn_out, z)
 // The conv and delta-rule states advance as those ops advance them.
@@ -102,6 +105,8 @@ struct DeltaNetRecurrence {
   std::span<const SequenceState> conv_states;
   const Weight* conv = nullptr;
   Tensor b, a;
+  Tensor ba;
+  int64_t ba_groups = 0;
   const Weight* dt_bias = nullptr;
   const Weight* ssm_a = nullptr;
   std::span<const SequenceState> ssm_states;
@@ -326,6 +331,15 @@ class Backend {
   virtual void add_mul_sigmoid_residual(Tensor residual, Tensor y, Tensor x, const Tensor& gate) {
     add_mul_sigmoid(y, x, gate);
     add(residual, y, residual);
+  }
+  // add_mul_sigmoid_residual, then normed = rms_norm(residual, w) over all its columns (a block's
+  // output into the hidden state, and the next layer's input norm of it): one op where a backend
+  // can; the bits of the two.
+  virtual void add_mul_sigmoid_residual_rms_norm(Tensor residual, Tensor y, Tensor x,
+                                                 const Tensor& gate, const Weight& w, float eps,
+                                                 Tensor normed) {
+    add_mul_sigmoid_residual(residual, y, x, gate);
+    rms_norm(residual, &w, residual.cols, eps, normed);
   }
   // y = silu(gate) * up.
   virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor y) = 0;

@@ -232,11 +232,18 @@ Tensor moe(Window& w, int64_t il, const Tensor& x, Tensor* residual) {
     be.join_side_branch();
   else
     shared = shared_expert_output(w, L, x);
-  // expert_output + F.sigmoid(shared_gate) * shared_expert_output
-  if (residual)
+  // expert_output + F.sigmoid(shared_gate) * shared_expert_output; the residual add, and with it
+  // the next layer's input_layernorm where the window has room for it
+  if (residual && w.input_norm.rows > 0 && il + 1 < w.c.n_layer) {
+    be.add_mul_sigmoid_residual_rms_norm(*residual, y, shared, shared_gate,
+                                         w.w.layers[size_t(il + 1)].attn_norm,
+                                         float(w.c.rms_eps), w.input_norm);
+    w.input_norm_layer = il + 1;
+  } else if (residual) {
     be.add_mul_sigmoid_residual(*residual, y, shared, shared_gate);
-  else
+  } else {
     be.add_mul_sigmoid(y, shared, shared_gate);
+  }
   return y;
 }
 

@@ -70,6 +70,11 @@ struct Window {
   // (ple_start_window) so that the reads of every PLE layer's rows go out before the first runs.
   std::vector<std::vector<int32_t>> ple_ids{};
   PleCounters* ple_counters = nullptr;  // the model's; null: not counted
+  // [T, n_embd], lasting the window (qwen3next): where a layer's last residual add also writes the
+  // next layer's input norm of the hidden state (add_mul_sigmoid_residual_rms_norm), which layer
+  // `input_norm_layer` then takes instead of norming it again. No rows: every layer norms its own.
+  Tensor input_norm = {};
+  int64_t input_norm_layer = -1;
 
   // Hands t to the dump callback as "name-il" (il < 0: "name"), when one is set.
   void dump(const char* name, int64_t il, const Tensor& t);
@@ -129,7 +134,8 @@ Tensor gated_output(Window& w, int64_t il, Tensor o, const Tensor& gate);
 
 // SparseMoeBlock: softmax router, top-k experts from the ExpertSource, plus the shared expert
 // scaled by sigmoid(shared_expert_gate(x)) when the layer has one. With a residual, the block's
-// output is also added into it (residual + mlp(x)), in the op that adds the shared expert.
+// output is also added into it (residual + mlp(x)), in the op that adds the shared expert, which
+// also writes the next layer's input norm into w.input_norm where it has rows.
 Tensor moe(Window& w, int64_t il, const Tensor& x, Tensor* residual = nullptr);
 
 }  // namespace strata::model

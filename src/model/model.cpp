@@ -91,6 +91,7 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   backend_.get_rows(weights_.token_embd, token_ids, x.cols_view(0, c.n_embd));  // embed_tokens(input_ids)
   w.dump("embd", -1, x.cols_view(0, c.n_embd));
   for (int64_t s = 1; hc && s < c.hc_count; ++s) backend_.copy(x.cols_view(0, c.n_embd), x.cols_view(s * c.n_embd, c.n_embd));
+  if (!hc) w.input_norm = keep(T, c.n_embd);
   const LayerFn layer = layer_function(c.arch);
   for (int64_t il = 0; il < c.n_layer; ++il) {
     layer(w, il, x);
@@ -186,6 +187,7 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   backend_.get_rows(weights_.token_embd, token_ids, x.cols_view(0, c.n_embd));  // embed_tokens(input_ids)
   w.dump("embd", -1, x.cols_view(0, c.n_embd));
   for (int64_t s = 1; hc && s < c.hc_count; ++s) backend_.copy(x.cols_view(0, c.n_embd), x.cols_view(s * c.n_embd, c.n_embd));
+  if (!hc) w.input_norm = keep(T, c.n_embd);
   const LayerFn layer = layer_function(c.arch);
   for (int64_t il = 0; il < c.n_layer; ++il) {
     layer(w, il, x);

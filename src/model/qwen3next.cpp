@@ -32,25 +32,29 @@ Tensor gated_attention(Window& w, int64_t il, const Tensor& x) {
 }
 
 // The DeltaNet's input projections of x, one matmuls call: qkv and z, then b and a ([T, Gv]
-// each, in the value-head order of the file).
-void input_projections(Window& w, const LayerWeights& L, const Tensor& x, Tensor qkv, Tensor z,
-                       Tensor b, Tensor a) {
+// each, in the value-head order of the file), or Qwen3-Next's in_proj_ba as one tensor (ba_groups
+// groups of b then a, which fix_query_key_value_ordering splits).
+struct Gates {
+  Tensor b, a, ba;
+  int64_t ba_groups = 0;
+};
+
+Gates input_projections(Window& w, const LayerWeights& L, const Tensor& x, Tensor qkv, Tensor z) {
+  const int64_t gv = w.c.ssm_v_heads;
   // in_proj_qkvz -> mixed_qkv = cat(query, key, value) and z
   if (w.c.arch != Arch::Qwen3Next) {
     // in_proj_b(hidden_states), in_proj_a(hidden_states)
+    const Gates g{w.tmp(w.T, gv), w.tmp(w.T, gv)};
     const backend::Weight* ws[] = {&L.attn_qkv, &L.attn_gate, &L.ssm_beta, &L.ssm_alpha};
-    Tensor ys[] = {qkv, z, b, a};
+    Tensor ys[] = {qkv, z, g.b, g.a};
     w.be.matmuls(ws, x, ys);
-    return;
+    return g;
   }
-  const int64_t gk = w.c.ssm_groups, r = w.c.ssm_v_heads / gk;
-  Tensor ba = w.tmp(w.T, 2 * w.c.ssm_v_heads);
+  const Gates g{{}, {}, w.tmp(w.T, 2 * gv), w.c.ssm_groups};
   const backend::Weight* ws[] = {&L.attn_qkv, &L.attn_gate, &L.ssm_ba};
-  Tensor ys[] = {qkv, z, ba};
+  Tensor ys[] = {qkv, z, g.ba};
   w.be.matmuls(ws, x, ys);  // ... and in_proj_ba(hidden_states)
-  const int64_t widths[] = {r, r};
-  Tensor parts[] = {b, a};
-  w.be.split_groups(ba, gk, widths, parts);  // fix_query_key_value_ordering: b, a
+  return g;
 }
 
 }  // namespace
@@ -100,8 +104,7 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   const int64_t s = c.ssm_state, gv = c.ssm_v_heads, kd = c.ssm_key_dim(), vd = c.ssm_value_dim();
 
   Tensor qkv = w.tmp(w.T, c.ssm_conv_dim()), z = w.tmp(w.T, vd);
-  Tensor b = w.tmp(w.T, gv), a = w.tmp(w.T, gv);
-  input_projections(w, L, x, qkv, z, b, a);
+  Gates gates = input_projections(w, L, x, qkv, z);
   const backend::HeadRepeat repeat =
       c.arch == Arch::Qwen3Next ? backend::HeadRepeat::Interleaved : backend::HeadRepeat::Tiled;
   const backend::OutputGate gate =
@@ -114,10 +117,17 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   // dump wants the conv and the core; both take the ops one by one. Otherwise the recurrence is one
   // op (the same bits), which a backend may run as one launch.
   if (!w.journal && !w.dump_fn) {
-    be.delta_net_recurrence({qkv, conv_states, &L.ssm_conv1d, b, a, &L.ssm_dt, &L.ssm_a, ssm_states,
-                             gv, s, repeat, 1e-6f, q_scale, &L.ssm_norm, float(c.rms_eps), z, gate},
+    be.delta_net_recurrence({qkv, conv_states, &L.ssm_conv1d, gates.b, gates.a, gates.ba,
+                             gates.ba_groups, &L.ssm_dt, &L.ssm_a, ssm_states, gv, s, repeat, 1e-6f,
+                             q_scale, &L.ssm_norm, float(c.rms_eps), z, gate},
                             core);
   } else {
+    if (gates.ba_groups > 0) {
+      gates.b = w.tmp(w.T, gv), gates.a = w.tmp(w.T, gv);
+      const int64_t widths[] = {gv / gates.ba_groups, gv / gates.ba_groups};
+      Tensor parts[] = {gates.b, gates.a};
+      be.split_groups(gates.ba, gates.ba_groups, widths, parts);  // fix_query_key_value_ordering: b, a
+    }
     LayerState& st = w.state.layers[size_t(il)];
     Tensor conv = w.tmp(w.T, c.ssm_conv_dim());
     if (w.journal) w.journal->conv(st.conv, qkv, L.ssm_conv1d, 1);
@@ -128,7 +138,7 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
     const Tensor v = conv.cols_view(2 * kd, vd);
     Tensor beta = w.tmp(w.T, gv), g = w.tmp(w.T, gv);
     // beta = b.sigmoid(); g = -self.A_log.exp() * F.softplus(a + self.dt_bias)
-    be.ssm_gates(b, a, L.ssm_dt, L.ssm_a, beta, g);
+    be.ssm_gates(gates.b, gates.a, L.ssm_dt, L.ssm_a, beta, g);
     // torch_*_gated_delta_rule(use_qk_l2norm_in_kernel=True): l2norm(q), l2norm(k), q * dk^-0.5
     Tensor qkn = w.tmp(w.T, 2 * kd);
     be.qk_l2_norm(conv.cols_view(0, 2 * kd), s, 1e-6f, kd, q_scale, qkn);
@@ -149,7 +159,8 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
 // Qwen3NextDecoderLayer.forward
 void qwen3next_layer(Window& w, int64_t il, Tensor x) {
   const LayerWeights& L = w.w.layers[size_t(il)];
-  Tensor h = norm(w, x, L.attn_norm);  // input_layernorm(hidden_states)
+  // input_layernorm(hidden_states), unless the layer before computed it with its residual add
+  Tensor h = w.input_norm_layer == il ? w.input_norm : norm(w, x, L.attn_norm);
   w.dump("attn_norm", il, h);
   Tensor a = w.c.is_linear(il) ? gated_delta_net(w, il, h)   // linear_attn(...)
                                : gated_attention(w, il, h);  // self_attn(...)

@@ -255,6 +255,8 @@ class CudaBackend : public Backend {
   void mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) override;
   void add_mul_sigmoid(Tensor y, Tensor x, const Tensor& gate) override;
   void add_mul_sigmoid_residual(Tensor residual, Tensor y, Tensor x, const Tensor& gate) override;
+  void add_mul_sigmoid_residual_rms_norm(Tensor residual, Tensor y, Tensor x, const Tensor& gate,
+                                         const Weight& w, float eps, Tensor normed) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor y) override;
   void scaled_silu(const Tensor& x, float s, Tensor y) override;
   void mean_mul_sigmoid_streams(const Tensor& x, Tensor gate, int64_t streams, Tensor y) override;

@@ -200,6 +200,35 @@ void CudaBackend::add_mul_sigmoid_residual(Tensor residual, Tensor y, Tensor x, 
   detail::launch_add_mul_sigmoid(impl_->ctx, y, x, gate, &residual);
 }
 
+void CudaBackend::add_mul_sigmoid_residual_rms_norm(Tensor residual, Tensor y, Tensor x,
+                                                    const Tensor& gate, const Weight& w, float eps,
+                                                    Tensor normed) {
+  if (!detail::fuses_wide_rms_norm(residual.cols))
+    return Backend::add_mul_sigmoid_residual_rms_norm(residual, y, x, gate, w, eps, normed);
+  if (impl_->graphs.replaying()) return;
+  impl_->graphs.count_op(__func__);
+  constexpr const char* op = "add_mul_sigmoid_residual_rms_norm";
+  check_sigmoid_gate(op, x, gate, y);
+  check_tensor(op, "residual", residual);
+  check_tensor(op, "normed", normed);
+  check_same_shape(op, "residual", residual, "y", y);
+  check_same_shape(op, "residual", residual, "normed", normed);
+  check_no_overlap(op, "residual", residual, "y", y);
+  check_no_overlap(op, "residual", residual, "x", x);
+  // normed may be the residual itself (the norm in place), but no other operand
+  if (normed.data != residual.data || normed.stride != residual.stride)
+    check_no_overlap(op, "normed", normed, "residual", residual);
+  check_no_overlap(op, "normed", normed, "y", y);
+  check_no_overlap(op, "normed", normed, "x", x);
+  check_no_overlap(op, "normed", normed, "gate", gate);
+  check_f32_weight(op, w);
+  require(w.rows * w.cols == residual.cols, op, "the weight has ", w.rows * w.cols,
+          " values but the residual has ", residual.cols, " columns");
+  impl_->check_device_weight(op, "the weight", w);
+  detail::launch_add_mul_sigmoid_rms_norm(impl_->ctx, residual, y, x, gate,
+                                          static_cast<const float*>(w.data), eps, normed);
+}
+
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor y) {
   if (impl_->graphs.replaying()) return;
   impl_->graphs.count_op(__func__);
@@ -639,8 +668,19 @@ void CudaBackend::delta_net_recurrence(const DeltaNetRecurrence& r, Tensor y) {
           " is not q, k and the values of y ", shape(y));
   check_tensor(op, "z", r.z);
   check_same_shape(op, "y", y, "z", r.z);
-  check_decay(op, *impl_, r.a, *r.dt_bias, *r.ssm_a, r.b);
-  require(r.a.rows == T && r.a.cols == r.n_heads, op, "a ", shape(r.a), " should be [", T, " x ",
+  // Split from ba, b and a are checked as the views of its first and last n_heads columns (each
+  // as long and as far apart as theirs, and between them all of ba).
+  const int64_t per_group = r.ba_groups > 0 ? r.n_heads / r.ba_groups : r.n_heads;
+  if (r.ba_groups > 0) {
+    check_tensor(op, "ba", r.ba);
+    require(r.n_heads % r.ba_groups == 0 && r.ba.rows == T && r.ba.cols == 2 * r.n_heads, op,
+            "ba ", shape(r.ba), " is not ", r.ba_groups, " groups of b and a for ", r.n_heads,
+            " heads and ", T, " rows");
+  }
+  const Tensor b = r.ba_groups > 0 ? r.ba.cols_view(0, r.n_heads) : r.b;
+  const Tensor a = r.ba_groups > 0 ? r.ba.cols_view(r.n_heads, r.n_heads) : r.a;
+  check_decay(op, *impl_, a, *r.dt_bias, *r.ssm_a, b);
+  require(a.rows == T && a.cols == r.n_heads, op, "a ", shape(a), " should be [", T, " x ",
           r.n_heads, "]");
   check_f32_weight(op, *r.norm);
   require(r.norm->rows * r.norm->cols == r.state, op, "the norm has ", r.norm->rows * r.norm->cols,
@@ -661,19 +701,21 @@ void CudaBackend::delta_net_recurrence(const DeltaNetRecurrence& r, Tensor y) {
     // The checks of the ops this one stands for, on tensors of their operands' shapes.
     check_conv_state(*impl_, op, rows(r.qkv), c.state, *r.conv, 1);
     check_rule(rows(r.qkv).cols_view(0, key_dim), rows(r.qkv).cols_view(key_dim, key_dim),
-               rows(r.qkv).cols_view(2 * key_dim, y.cols), rows(r.a), rows(r.b), s.state, r.n_heads,
+               rows(r.qkv).cols_view(2 * key_dim, y.cols), rows(a), rows(b), s.state, r.n_heads,
                r.repeat, rows(y));
     require(!overlaps(c.state, y) && !overlaps(c.state, r.z) && !overlaps(s.state, r.z), op,
             "a state overlaps y or z");
     sequences.push_back({s.first, s.rows, c.state.data, s.state.data});
   }
-  for (const Tensor* in : {&r.qkv, &r.b, &r.a, &r.z})
+  for (const Tensor* in : {&r.qkv, &b, &a, &r.z})
     require(!overlaps(*in, y), op, "y overlaps an input");
   detail::DeltaNetLaunch p;
   p.qkv = r.qkv.data, p.qkv_stride = r.qkv.stride, p.key_dim = key_dim;
   p.conv = static_cast<const float*>(r.conv->data), p.taps = r.conv->cols;
   p.conv_stride = r.conv_states.empty() ? 0 : r.conv_states[0].state.stride;
-  p.b = r.b.data, p.b_stride = r.b.stride, p.a = r.a.data, p.a_stride = r.a.stride;
+  p.b = b.data, p.b_stride = b.stride, p.a = r.ba_groups > 0 ? r.ba.data + per_group : a.data;
+  p.a_stride = a.stride;
+  p.gate_group = per_group, p.gate_group_stride = r.ba_groups > 0 ? 2 * per_group : per_group;
   p.dt_bias = static_cast<const float*>(r.dt_bias->data);
   p.ssm_a = static_cast<const float*>(r.ssm_a->data);
   p.n_heads = r.n_heads, p.state = r.state, p.interleaved = r.repeat == HeadRepeat::Interleaved;

@@ -89,6 +89,11 @@ bool fuses_wide_rms_norm(int64_t group);
 // fuses_wide_rms_norm accepts (w: x.cols floats).
 void launch_add_rms_norm(const DeviceContext& ctx, Tensor x, const Tensor& delta, const float* w,
                          float eps, Tensor y);
+// y += x * sigmoid(gate), residual += y (launch_add_mul_sigmoid with a residual), then
+// normed = rms_norm(residual, w), in one kernel, for the widths fuses_wide_rms_norm accepts.
+void launch_add_mul_sigmoid_rms_norm(const DeviceContext& ctx, Tensor residual, Tensor y,
+                                     const Tensor& x, const Tensor& gate, const float* w, float eps,
+                                     Tensor normed);
 // l2_norm per group; the first q_cols columns then scaled by q_scale (qk_l2_norm).
 void launch_l2_norm(const DeviceContext& ctx, const Tensor& x, int64_t group, float eps, Tensor y,
                     int64_t q_cols = 0, float q_scale = 1.0f);
@@ -170,6 +175,9 @@ struct DeltaNetLaunch {
   int64_t taps = 0, conv_stride = 0;
   const float *b = nullptr, *a = nullptr;
   int64_t b_stride = 0, a_stride = 0;
+  // Head h's b and a at column (h / gate_group) * gate_group_stride + h % gate_group of theirs
+  // (in_proj_ba's groups of b then a; separate b and a: one group of every head)
+  int64_t gate_group = 1, gate_group_stride = 1;
   const float *dt_bias = nullptr, *ssm_a = nullptr;
   int64_t n_heads = 0, state = 0;  // value heads of dv = state columns, key heads of `state`
   bool interleaved = true;         // backend::HeadRepeat::Interleaved

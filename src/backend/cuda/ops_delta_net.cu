@@ -35,7 +35,6 @@ struct SequenceTable {
 template <int kDK>
 __global__ void __launch_bounds__(kDK)
     delta_net_recurrence_kernel(const DeltaNetLaunch p, const SequenceTable table) {
-  await_previous_kernel();
   constexpr int kDV = kDK;
   __shared__ float x[3 * kDK], o[kDV], scalars[5];
   float& beta = scalars[0];
@@ -60,10 +59,15 @@ __global__ void __launch_bounds__(kDK)
     return t < 0 ? seq.conv_state[(S + t) * p.conv_stride + c] : qkv[t * p.qkv_stride + c];
   };
 
+  // The state column is loaded while the kernel before still runs: its last writer (this layer's
+  // kernel a window ago, or a rollback) is at least two kernels back, complete before this one's
+  // CTAs are placed (await_previous_kernel).
   float* const column = seq.ssm_state + h * kDK * kDV + j;  // S[i][j] at column[i * kDV]
   float col[kDK];
 #pragma unroll
   for (int i = 0; i < kDK; ++i) col[i] = column[i * kDV];
+  await_previous_kernel();
+  const int64_t gate_col = (h / p.gate_group) * p.gate_group_stride + h % p.gate_group;
 
   for (int64_t t = 0; t < seq.rows; ++t) {
     const int64_t row = seq.first + t;
@@ -79,8 +83,8 @@ __global__ void __launch_bounds__(kDK)
     }
     // ssm_gates_kernel; the delta rule takes exp of the decay
     if (j == 0) {
-      beta = sigmoid_value(p.b[row * p.b_stride + h]);
-      decay = expf(decay_value(p.a[row * p.a_stride + h], p.dt_bias[h], p.ssm_a[h]));
+      beta = sigmoid_value(p.b[row * p.b_stride + gate_col]);
+      decay = expf(decay_value(p.a[row * p.a_stride + gate_col], p.dt_bias[h], p.ssm_a[h]));
     }
     __syncthreads();
     // l2_norm_kernel: warp 0's halves take q and k

@@ -58,41 +58,71 @@ __global__ void rms_norm_kernel(const float* x, int64_t x_stride, int64_t rows, 
   });
 }
 
+// What is added to x before a wide norm (x then holds the sum): nothing, delta (add_rms_norm), or
+// the sum y + shared * sigmoid(gate), which y also takes (add_mul_sigmoid_residual: the same
+// expressions as add_mul_sigmoid_kernel's). gate: per row (one column) or per element.
+enum class Residual { None, Delta, GatedShared };
+struct ResidualIn {
+  const float* delta = nullptr;
+  int64_t delta_stride = 0;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+  const float* shared = nullptr;
+  int64_t shared_stride = 0;
+  const float* gate = nullptr;
+  int64_t gate_stride = 0;
+  bool gate_per_row = false;
+};
+
 // rms_norm of a wide group (a hidden state): one block per group, which first copies the group to
 // shared memory with all its threads, so the half-warp's chains of the CPU's lane order read shared
-// memory, not L2, one dependent load at a time; then all threads scale. The same bits. With
-// kAddDelta the copy first adds delta to x and writes the sum back (the residual add before the
-// norm: add_rms_norm), so the sum is never read back from memory.
-template <bool kAddDelta>
+// memory, not L2, one dependent load at a time; then all threads scale. The same bits. With a
+// residual input the copy first adds it to x and writes the sum back (the residual add before the
+// norm: add_rms_norm, add_mul_sigmoid_residual_rms_norm), so the sum is never read back from memory.
+template <Residual kResidual>
 __global__ void __launch_bounds__(kThreads)
-    rms_norm_wide_kernel(float* x, int64_t x_stride, const float* __restrict__ delta,
-                         int64_t delta_stride, int64_t rows, int64_t n_groups, int64_t group,
-                         const float* __restrict__ w, int64_t w_step, float eps, float* y,
-                         int64_t y_stride) {
+    rms_norm_wide_kernel(float* x, int64_t x_stride, const ResidualIn in, int64_t rows,
+                         int64_t n_groups, int64_t group, const float* __restrict__ w,
+                         int64_t w_step, float eps, float* y, int64_t y_stride) {
   await_previous_kernel();
   extern __shared__ float xs[];
   __shared__ float scale;
   for (int64_t u = blockIdx.x; u < rows * n_groups; u += gridDim.x) {
     const int64_t r = u / n_groups, g = u % n_groups;
     float* xg = x + r * x_stride + g * group;
-    const float* dg = kAddDelta ? delta + r * delta_stride + g * group : nullptr;
+    constexpr bool kDelta = kResidual == Residual::Delta, kGated = kResidual == Residual::GatedShared;
+    const float* dg = kDelta ? in.delta + r * in.delta_stride + g * group : nullptr;
+    float* block_y = kGated ? in.y + r * in.y_stride + g * group : nullptr;
+    const float* sg = kGated ? in.shared + r * in.shared_stride + g * group : nullptr;
+    const float* gg = kGated ? in.gate + r * in.gate_stride + (in.gate_per_row ? 0 : g * group) : nullptr;
     // A thread's loads are issued together, kBatch at a time (a lone block hides no latency).
     for (int64_t i0 = threadIdx.x; i0 < group; i0 += kBatch * kThreads) {
-      float v[kBatch], d[kBatch];
+      float v[kBatch], d[kBatch], sh[kBatch], gt[kBatch];
 #pragma unroll
       for (int k = 0; k < kBatch; ++k) {
-        const bool in = i0 + k * kThreads < group;
-        v[k] = in ? xg[i0 + k * kThreads] : 0.0f;
-        if (kAddDelta) d[k] = in ? dg[i0 + k * kThreads] : 0.0f;
+        const int64_t i = i0 + k * kThreads;
+        const bool inside = i < group;
+        v[k] = inside ? xg[i] : 0.0f;
+        if (kDelta) d[k] = inside ? dg[i] : 0.0f;
+        if (kGated) {
+          d[k] = inside ? block_y[i] : 0.0f;
+          sh[k] = inside ? sg[i] : 0.0f;
+          gt[k] = inside ? gg[in.gate_per_row ? 0 : i] : 0.0f;
+        }
       }
 #pragma unroll
       for (int k = 0; k < kBatch; ++k) {
-        if (i0 + k * kThreads >= group) break;
-        if (kAddDelta) {
-          v[k] = __fadd_rn(v[k], d[k]);
-          xg[i0 + k * kThreads] = v[k];
+        const int64_t i = i0 + k * kThreads;
+        if (i >= group) break;
+        if (kGated) {
+          d[k] = __fadd_rn(d[k], __fmul_rn(sh[k], sigmoid_value(gt[k])));
+          block_y[i] = d[k];
         }
-        xs[i0 + k * kThreads] = v[k];
+        if (kResidual != Residual::None) {
+          v[k] = __fadd_rn(v[k], d[k]);
+          xg[i] = v[k];
+        }
+        xs[i] = v[k];
       }
     }
     __syncthreads();
@@ -168,9 +198,9 @@ void launch_rms_norm(const DeviceContext& ctx, const Tensor& x, const float* w, 
   const int64_t n_groups = x.cols / group;
   if (x.rows == 0 || n_groups == 0) return;
   if (!gate.p && fuses_wide_rms_norm(group)) {
-    launch_kernel(rms_norm_wide_kernel<false>,
+    launch_kernel(rms_norm_wide_kernel<Residual::None>,
                   grid_for(x.rows * n_groups, 1, ctx.limits.max_blocks), kThreads,
-                  size_t(group) * sizeof(float), ctx.stream, x.data, x.stride, nullptr, 0, x.rows,
+                  size_t(group) * sizeof(float), ctx.stream, x.data, x.stride, ResidualIn{}, x.rows,
                   n_groups, group, w, w_step, eps, y.data, y.stride);
     STRATA_CUDA_CHECK_LAUNCH("rms_norm_wide_kernel");
     return;
@@ -185,10 +215,27 @@ bool fuses_wide_rms_norm(int64_t group) { return group >= kWideGroup && group <=
 void launch_add_rms_norm(const DeviceContext& ctx, Tensor x, const Tensor& delta, const float* w,
                          float eps, Tensor y) {
   if (x.rows == 0) return;
-  launch_kernel(rms_norm_wide_kernel<true>, grid_for(x.rows, 1, ctx.limits.max_blocks), kThreads,
-                size_t(x.cols) * sizeof(float), ctx.stream, x.data, x.stride, delta.data,
-                delta.stride, x.rows, int64_t(1), x.cols, w, int64_t(0), eps, y.data, y.stride);
+  ResidualIn in;
+  in.delta = delta.data, in.delta_stride = delta.stride;
+  launch_kernel(rms_norm_wide_kernel<Residual::Delta>, grid_for(x.rows, 1, ctx.limits.max_blocks),
+                kThreads, size_t(x.cols) * sizeof(float), ctx.stream, x.data, x.stride, in, x.rows,
+                int64_t(1), x.cols, w, int64_t(0), eps, y.data, y.stride);
   STRATA_CUDA_CHECK_LAUNCH("rms_norm_wide_kernel<add>");
+}
+
+void launch_add_mul_sigmoid_rms_norm(const DeviceContext& ctx, Tensor residual, Tensor y,
+                                     const Tensor& x, const Tensor& gate, const float* w, float eps,
+                                     Tensor normed) {
+  if (residual.rows == 0) return;
+  ResidualIn in;
+  in.y = y.data, in.y_stride = y.stride, in.shared = x.data, in.shared_stride = x.stride;
+  in.gate = gate.data, in.gate_stride = gate.stride, in.gate_per_row = gate.cols == 1 && x.cols != 1;
+  launch_kernel(rms_norm_wide_kernel<Residual::GatedShared>,
+                grid_for(residual.rows, 1, ctx.limits.max_blocks), kThreads,
+                size_t(residual.cols) * sizeof(float), ctx.stream, residual.data, residual.stride,
+                in, residual.rows, int64_t(1), residual.cols, w, int64_t(0), eps, normed.data,
+                normed.stride);
+  STRATA_CUDA_CHECK_LAUNCH("rms_norm_wide_kernel<add_mul_sigmoid>");
 }
 
 void launch_l2_norm(const DeviceContext& ctx, const Tensor& x, int64_t group, float eps, Tensor y,
