@@ -565,6 +565,55 @@ TEST_P(WeightOps, MoeRandomExperts) {
   expect_throws_naming([&] { moe(be(), xt, routing, narrow, y); }, "shapes");
 }
 
+// The MoE's combine and the block's end (add_mul_sigmoid_residual_rms_norm of its y) in one
+// kernel on CUDA, which holds the combine back for it: the residual, y and the norm bitwise the
+// MoE and the two ops apart, after moe_experts and after moe_expert_outputs + moe_combine, for a
+// decode row and a window of rows.
+TEST_P(WeightOps, MoeThenResidualNormEqualsTheOpsApart) {
+  Rng rng(61);
+  const int64_t E = 6, K = 3, n_embd = 1024, n_ff = 256;
+  const Experts ex = random_experts(rng, E, n_embd, n_ff, true);
+  HostTensor gain = f32_tensor("norm.weight", {n_embd}, normal_floats(size_t(n_embd), 62));
+  for (const int64_t T : {int64_t(1), int64_t(5)}) {
+    SCOPED_TRACE(::testing::Message() << "T " << T);
+    const Routing routing = random_routing(rng, T, E, K);
+    const Floats x = normal_floats(size_t(T * n_embd), 63), r0 = normal_floats(size_t(T * n_embd), 64, 3.0f),
+                 s0 = normal_floats(size_t(T * n_embd), 65), g0 = normal_floats(size_t(T), 66, 2.0f);
+    // residual, y, normed
+    auto run = [&](bool one_op, bool two_step) {
+      const std::vector<ExpertWeights> ew = weights_on(be(), ex);
+      const Weight wn = be().weight(gain.info);
+      Tensor xt = make(be(), T, n_embd, x), y = be().alloc(T, n_embd), res = make(be(), T, n_embd, r0),
+             shared = make(be(), T, n_embd, s0), g = make(be(), T, 1, g0), n = be().alloc(T, n_embd);
+      const RoutingTensors rt = on(be(), routing);
+      if (two_step) {
+        std::vector<int64_t> all(size_t(T * K));
+        std::iota(all.begin(), all.end(), 0);
+        Tensor out = be().alloc(T * K, n_embd);
+        be().moe_expert_outputs(xt, rt.experts, all, ew, out);
+        be().moe_combine(rt.weights, out, y);
+      } else {
+        be().moe_experts(xt, rt.experts, rt.weights, ew, y);
+      }
+      if (one_op) {
+        be().add_mul_sigmoid_residual_rms_norm(res, y, shared, g, wn, 1e-6f, n);
+      } else {
+        be().add_mul_sigmoid_residual(res, y, shared, g);
+        be().rms_norm(res, &wn, n_embd, 1e-6f, n);
+      }
+      return std::vector<Floats>{read(be(), res), read(be(), y), read(be(), n)};
+    };
+    const std::vector<Floats> apart = run(false, false);
+    const char* what[] = {"residual", "y", "normed"};
+    for (const bool two_step : {false, true}) {
+      const std::vector<Floats> got = run(true, two_step);
+      for (size_t i = 0; i < got.size(); ++i)
+        expect_bitwise(got[i], apart[i], std::string(what[i]) + (two_step ? ": outputs + combine" : ": moe_experts") +
+                                             ", then one op vs the ops apart");
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, WeightOps, ::testing::ValuesIn(backend_names()),
                          [](const auto& info) { return info.param; });
 

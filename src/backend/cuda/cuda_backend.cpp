@@ -140,28 +140,33 @@ const cuda::DeviceInfo& CudaBackend::device_info() const { return impl_->device.
 size_t CudaBackend::device_bytes_used() const { return impl_->upload_bytes; }
 
 void CudaBackend::synchronize() {
+  impl_->flush_combine();
   impl_->join_side();
   impl_->device.synchronize();
 }
 
 void CudaBackend::begin_window(uint64_t key) {
+  impl_->flush_combine();
   impl_->join_side();
   impl_->end_matmul_chain();
   impl_->graphs.begin(key);
 }
 
 void CudaBackend::end_window(bool completed) {
+  impl_->flush_combine();
   impl_->join_side();
   impl_->end_matmul_chain();
   impl_->graphs.end(completed);
 }
 void CudaBackend::begin_host_step() {
+  impl_->flush_combine();
   impl_->join_side();
   impl_->end_matmul_chain();
   impl_->graphs.begin_host_step();
 }
 
 void CudaBackend::end_host_step() {
+  impl_->flush_combine();
   impl_->join_side();
   impl_->end_matmul_chain();
   impl_->graphs.end_host_step();
@@ -181,6 +186,7 @@ bool side_branches_enabled() {
 // quantized on one is not in the other's.)
 void CudaBackend::begin_side_branch() {
   if (impl_->graphs.replaying() || impl_->graphs.profiling() || !side_branches_enabled()) return;
+  impl_->flush_combine();
   impl_->join_side();
   impl_->end_matmul_chain();
   impl_->device.fork_side();
@@ -188,6 +194,7 @@ void CudaBackend::begin_side_branch() {
 
 void CudaBackend::end_side_branch() {
   if (!impl_->device.on_side()) return;
+  impl_->flush_combine();
   impl_->end_matmul_chain();
   impl_->device.resume_main();
 }
@@ -222,6 +229,7 @@ Tensor CudaBackend::alloc_lasting(int64_t rows, int64_t cols) {
 void* CudaBackend::Impl::allocate(const char* op, int64_t rows, int64_t cols, size_t size,
                                   bool lasting) {
   const size_t bytes = size_t(rows) * size_t(cols) * size;
+  flush_combine();
   end_matmul_chain();
   if (!lasting)
     if (void* p = graphs.alloc(bytes)) return p;  // inside a window: its arena, zeroed
@@ -239,6 +247,7 @@ void* CudaBackend::Impl::allocate(const char* op, int64_t rows, int64_t cols, si
 }
 
 void CudaBackend::Impl::free(const char* op, void* p, const std::string& what) {
+  flush_combine();
   end_matmul_chain();
   if (graphs.release(p)) return;
   require(allocations.erase(p) == 1, op, what, " was not allocated by this backend (or is a view)");
@@ -250,6 +259,7 @@ void CudaBackend::release(Tensor t) { impl_->free("release", t.data, cat("tensor
 void CudaBackend::upload(const float* host, Tensor dst) {
   check_tensor("upload", "dst", dst);
   if (dst.rows == 0 || dst.cols == 0) return;
+  impl_->flush_combine();
   impl_->end_matmul_chain();
   const size_t width = size_t(dst.cols) * sizeof(float), bytes = width * size_t(dst.rows);
   if (dst.stride == dst.cols && impl_->graphs.upload(dst.data, host, bytes)) return;
@@ -261,6 +271,7 @@ void CudaBackend::upload(const float* host, Tensor dst) {
 
 void CudaBackend::download(const Tensor& src, float* host) {
   check_tensor("download", "src", src);
+  impl_->flush_combine();
   impl_->join_side();
   impl_->graphs.readback("download");
   if (src.rows == 0 || src.cols == 0) return;
@@ -273,7 +284,7 @@ void CudaBackend::download(const Tensor& src, float* host) {
 
 void CudaBackend::fill(Tensor t, float value) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_tensor("fill", "t", t);
   cuda::detail::launch_fill(impl_->ctx, t, value);
 }
@@ -281,7 +292,7 @@ void CudaBackend::fill(Tensor t, float value) {
 void CudaBackend::copy(const Tensor& src, Tensor dst) {
   constexpr const char* op = "copy";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_tensor(op, "src", src);
   check_tensor(op, "dst", dst);
   check_same_shape(op, "src", src, "dst", dst);
@@ -308,6 +319,7 @@ void CudaBackend::release_ids(Ids t) {
 void CudaBackend::upload_ids(const int32_t* host, Ids dst) {
   check_ids("upload_ids", "dst", dst);
   if (dst.size() == 0) return;
+  impl_->flush_combine();
   impl_->end_matmul_chain();
   const size_t bytes = size_t(dst.size()) * sizeof(int32_t);
   if (impl_->graphs.upload(dst.data, host, bytes)) return;
@@ -317,6 +329,7 @@ void CudaBackend::upload_ids(const int32_t* host, Ids dst) {
 
 void CudaBackend::download_ids(const Ids& src, int32_t* host) {
   check_ids("download_ids", "src", src);
+  impl_->flush_combine();
   impl_->join_side();
   impl_->graphs.readback("download_ids");
   if (src.size() == 0) return;

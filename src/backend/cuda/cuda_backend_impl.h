@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -140,6 +142,30 @@ struct CudaBackend::Impl {
     bool operator==(const MatmulX&) const = default;
   };
   void end_matmul_chain() { matmul_x = quantized_x = {}; }
+
+  // A MoE's combine (y += the rank-order sum of weights[r, j] * out[r * top_k + j]) held back by
+  // one op: add_mul_sigmoid_residual_rms_norm of the same y folds it into its own kernel, one
+  // launch fewer a layer. Every other op, allocation, release, transfer, stream switch and window
+  // or host-step boundary launches it first (flush_combine), so nothing reads y, or reuses what
+  // the combine reads, before it has run.
+  struct PendingCombine {
+    const float* weights = nullptr;  // [y.rows, top_k]
+    int64_t top_k = 0;
+    Tensor out, y;
+    std::unique_ptr<Scratch> out_memory;  // out's memory where the op allocated it
+  };
+  // Launches the combine now where the op profiler times op by op, else holds it back.
+  void combine(const float* weights, int64_t top_k, const Tensor& out, Tensor y,
+               std::unique_ptr<Scratch> out_memory = nullptr);
+  void flush_combine();
+  // The held combine of y, taken over by the caller; any other is launched first.
+  std::optional<PendingCombine> take_combine(const Tensor& y);
+  // Every op's start: a held combine launched, then the op counted.
+  void begin_op(const char* name) {
+    flush_combine();
+    graphs.count_op(name);
+  }
+  std::optional<PendingCombine> pending_combine;
   // Joins the device's side branch (Backend::begin_side_branch) if one is forked and unjoined.
   void join_side();
   MatmulX matmul_x, quantized_x;

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <optional>
 
@@ -64,7 +65,7 @@ void check_matmul(const CudaBackend::Impl& impl, const char* op, const Weight& w
 void CudaBackend::get_rows(const Weight& table, const Ids& ids, Tensor y) {
   constexpr const char* op = "get_rows";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   require(table.data != nullptr, op, "table has no data");
   check_tensor(op, "y", y);
   require(y.rows == ids.size() && y.cols == table.cols, op, "y ", shape(y), " should be [",
@@ -82,7 +83,7 @@ void CudaBackend::matmul(const Weight& w, const Tensor& x, Tensor y) {
   const bool after_matmul_of_x =
       impl_->graphs.ops() == impl_->matmul_ops && impl_->matmul_x == this_x;
   if (!after_matmul_of_x) impl_->end_matmul_chain();
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_matmul(*impl_, "matmul", w, x, y);
   if (x.rows == 0) return;
   impl_->matmul_x = this_x;
@@ -138,7 +139,7 @@ void CudaBackend::matmuls(std::span<const Weight* const> ws, const Tensor& x,
   const Impl::MatmulX this_x{x.data, x.rows, x.cols, x.stride};
   if (!(impl_->graphs.ops() == impl_->matmul_ops && impl_->matmul_x == this_x))
     impl_->end_matmul_chain();
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   for (size_t i = 0; i < ws.size(); ++i) check_matmul(*impl_, "matmuls", *ws[i], x, ys[i]);
   impl_->matmul_x = this_x;
   impl_->matmul_ops = impl_->graphs.ops();
@@ -165,7 +166,7 @@ void CudaBackend::route_softmax_topk(const Tensor& logits, bool renormalize, Ids
                                      Tensor weights) {
   constexpr const char* op = "route_softmax_topk";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_tensor(op, "logits", logits);
   const int64_t top_k = experts.cols;
   require(top_k >= 1 && top_k <= logits.cols, op, "top_k ", top_k, " is outside 1..", logits.cols,
@@ -179,7 +180,7 @@ void CudaBackend::route_softmax_topk(const Tensor& logits, bool renormalize, Ids
 void CudaBackend::argmax(const Tensor& x, Ids index, Tensor prob) {
   constexpr const char* op = "argmax";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_tensor(op, "x", x);
   check_tensor(op, "prob", prob);
   require(index.size() == x.rows && (index.data || x.rows == 0) &&
@@ -192,7 +193,7 @@ void CudaBackend::argmax(const Tensor& x, Ids index, Tensor prob) {
 void CudaBackend::top_k(const Tensor& x, Ids index, Tensor values) {
   constexpr const char* op = "top_k";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_tensor(op, "x", x);
   check_tensor(op, "values", values);
   require(values.rows == x.rows && values.cols >= 1 && values.cols <= kMaxTopK && index.rows == x.rows &&
@@ -205,7 +206,7 @@ void CudaBackend::top_k(const Tensor& x, Ids index, Tensor values) {
 void CudaBackend::sampling_sums(const Tensor& x, float temperature, Tensor sums) {
   constexpr const char* op = "sampling_sums";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_tensor(op, "x", x);
   check_tensor(op, "sums", sums);
   require(sums.rows == x.rows && sums.cols == 1, op, "x ", shape(x), " needs sums [", x.rows, " x 1], got ",
@@ -219,7 +220,7 @@ void CudaBackend::sampling_sums(const Tensor& x, float temperature, Tensor sums)
 void CudaBackend::draw(const Tensor& x, float temperature, const Tensor& uniforms, Ids index) {
   constexpr const char* op = "draw";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_tensor(op, "x", x);
   check_tensor(op, "uniforms", uniforms);
   require(uniforms.rows == x.rows && uniforms.cols == 1, op, "x ", shape(x), " needs uniforms [", x.rows,
@@ -399,7 +400,7 @@ void CudaBackend::moe_expert_outputs(const Tensor& x, const Ids& experts,
                                      std::span<const ExpertWeights> table, Tensor out) {
   constexpr const char* op = "moe_expert_outputs";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_tensor(op, "x", x);
   check_tensor(op, "out", out);
   check_routing(op, x.rows, &experts, nullptr);
@@ -419,7 +420,7 @@ void CudaBackend::moe_expert_outputs(const Tensor& x, const Ids& experts,
 void CudaBackend::moe_combine(const Tensor& weights, const Tensor& out, Tensor y) {
   constexpr const char* op = "moe_combine";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_tensor(op, "out", out);
   check_tensor(op, "y", y);
   check_routing(op, y.rows, nullptr, &weights);
@@ -427,14 +428,41 @@ void CudaBackend::moe_combine(const Tensor& weights, const Tensor& out, Tensor y
   require(out.rows == y.rows * K && out.cols == y.cols, op, "out ", shape(out), " is not [",
           y.rows * K, " x ", y.cols, "] for y ", shape(y));
   check_no_overlap(op, "out", out, "y", y);
-  detail::launch_moe_combine(impl_->ctx, weights.data, K, out, y);
+  impl_->combine(weights.data, K, out, y);
+}
+
+void CudaBackend::Impl::combine(const float* weights, int64_t top_k, const Tensor& out, Tensor y,
+                                std::unique_ptr<Scratch> out_memory) {
+  flush_combine();
+  if (graphs.profiling()) return detail::launch_moe_combine(ctx, weights, top_k, out, y);
+  pending_combine = PendingCombine{weights, top_k, out, y, std::move(out_memory)};
+}
+
+void CudaBackend::Impl::flush_combine() {
+  if (!pending_combine) return;
+  PendingCombine c = std::move(*pending_combine);
+  pending_combine.reset();
+  detail::launch_moe_combine(ctx, c.weights, c.top_k, c.out, c.y);
+}
+
+std::optional<CudaBackend::Impl::PendingCombine> CudaBackend::Impl::take_combine(const Tensor& y) {
+  const bool same_y = pending_combine && pending_combine->y.data == y.data &&
+                      pending_combine->y.rows == y.rows && pending_combine->y.cols == y.cols &&
+                      pending_combine->y.stride == y.stride;
+  if (!same_y) {
+    flush_combine();
+    return std::nullopt;
+  }
+  std::optional<PendingCombine> c = std::move(pending_combine);
+  pending_combine.reset();
+  return c;
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const Ids& experts, const Tensor& weights,
                               std::span<const ExpertWeights> table, Tensor y) {
   constexpr const char* op = "moe_experts";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_tensor(op, "x", x);
   check_tensor(op, "y", y);
   check_same_shape(op, "x", x, "y", y);
@@ -456,10 +484,10 @@ void CudaBackend::moe_experts(const Tensor& x, const Ids& experts, const Tensor&
         device_table.down_types[0], device_table.max_ff, s.buf, y);
     return;
   }
-  const Scratch out(impl_->ctx.stream, size_t(n_pairs * x.cols) * sizeof(float));
-  const Tensor out_t{out.as<float>(), n_pairs, x.cols, x.cols};
+  auto out = std::make_unique<Scratch>(impl_->ctx.stream, size_t(n_pairs * x.cols) * sizeof(float));
+  const Tensor out_t{out->as<float>(), n_pairs, x.cols, x.cols};
   expert_outputs(*impl_, x, experts, {}, true, device_table, int64_t(table.size()), out_t);
-  detail::launch_moe_combine(impl_->ctx, weights.data, experts.cols, out_t, y);
+  impl_->combine(weights.data, experts.cols, out_t, y, std::move(out));
 }
 
 }  // namespace strata::backend

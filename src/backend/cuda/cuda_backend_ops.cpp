@@ -68,7 +68,7 @@ void check_decay(const char* op, const CudaBackend::Impl& impl, const Tensor& a,
 
 void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, float eps, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "rms_norm";
   check_norm_groups(op, x, group, y);
   const float* wf = nullptr;
@@ -87,7 +87,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Weight* w, int64_t group, floa
 
 void CudaBackend::l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "l2_norm";
   check_norm_groups(op, x, group, y);
   detail::launch_l2_norm(impl_->ctx, x, group, eps, y);
@@ -96,7 +96,7 @@ void CudaBackend::l2_norm(const Tensor& x, int64_t group, float eps, Tensor y) {
 void CudaBackend::qk_l2_norm(const Tensor& x, int64_t group, float eps, int64_t q_cols,
                              float q_scale, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "qk_l2_norm";
   check_norm_groups(op, x, group, y);
   require(q_cols >= 0 && q_cols <= x.cols, op, q_cols, " columns of q in x ", shape(x));
@@ -106,7 +106,7 @@ void CudaBackend::qk_l2_norm(const Tensor& x, int64_t group, float eps, int64_t 
 void CudaBackend::rms_norm_gated(Tensor x, const Weight& w, int64_t group, float eps,
                                  const Tensor& gate, OutputGate kind) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "rms_norm_gated";
   check_norm_groups(op, x, group, x);
   check_tensor(op, "gate", gate);
@@ -123,7 +123,7 @@ void CudaBackend::rms_norm_gated(Tensor x, const Weight& w, int64_t group, float
 void CudaBackend::signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t group, float scale,
                                   Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "signed_sqrt_dot";
   check_tensor(op, "a", a);
   check_tensor(op, "b", b);
@@ -138,7 +138,7 @@ void CudaBackend::signed_sqrt_dot(const Tensor& a, const Tensor& b, int64_t grou
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "add";
   check_tensor(op, "a", a);
   check_tensor(op, "b", b);
@@ -152,7 +152,7 @@ void CudaBackend::add_rms_norm(Tensor x, const Tensor& delta, const Weight& w, f
                                Tensor y) {
   if (!detail::fuses_wide_rms_norm(x.cols)) return Backend::add_rms_norm(x, delta, w, eps, y);
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "add_rms_norm";
   check_tensor(op, "x", x);
   check_tensor(op, "delta", delta);
@@ -168,14 +168,14 @@ void CudaBackend::add_rms_norm(Tensor x, const Tensor& delta, const Weight& w, f
 
 void CudaBackend::scale(const Tensor& x, float s, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_unary("scale", x, y);
   detail::launch_scale(impl_->ctx, x, s, y);
 }
 
 void CudaBackend::mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "mul_sigmoid";
   check_sigmoid_gate(op, x, gate, y);
   detail::launch_mul_sigmoid(impl_->ctx, x, gate, y);
@@ -183,14 +183,14 @@ void CudaBackend::mul_sigmoid(const Tensor& x, const Tensor& gate, Tensor y) {
 
 void CudaBackend::add_mul_sigmoid(Tensor y, Tensor x, const Tensor& gate) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_sigmoid_gate("add_mul_sigmoid", x, gate, y);
   detail::launch_add_mul_sigmoid(impl_->ctx, y, x, gate);
 }
 
 void CudaBackend::add_mul_sigmoid_residual(Tensor residual, Tensor y, Tensor x, const Tensor& gate) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "add_mul_sigmoid_residual";
   check_sigmoid_gate(op, x, gate, y);
   check_tensor(op, "residual", residual);
@@ -206,6 +206,7 @@ void CudaBackend::add_mul_sigmoid_residual_rms_norm(Tensor residual, Tensor y, T
   if (!detail::fuses_wide_rms_norm(residual.cols))
     return Backend::add_mul_sigmoid_residual_rms_norm(residual, y, x, gate, w, eps, normed);
   if (impl_->graphs.replaying()) return;
+  const std::optional<Impl::PendingCombine> combine = impl_->take_combine(y);
   impl_->graphs.count_op(__func__);
   constexpr const char* op = "add_mul_sigmoid_residual_rms_norm";
   check_sigmoid_gate(op, x, gate, y);
@@ -225,13 +226,19 @@ void CudaBackend::add_mul_sigmoid_residual_rms_norm(Tensor residual, Tensor y, T
   require(w.rows * w.cols == residual.cols, op, "the weight has ", w.rows * w.cols,
           " values but the residual has ", residual.cols, " columns");
   impl_->check_device_weight(op, "the weight", w);
+  if (combine)
+    for (const Tensor* t : {&residual, &normed})
+      check_no_overlap(op, "the MoE's outputs", combine->out, "an output", *t);
   detail::launch_add_mul_sigmoid_rms_norm(impl_->ctx, residual, y, x, gate,
-                                          static_cast<const float*>(w.data), eps, normed);
+                                          static_cast<const float*>(w.data), eps, normed,
+                                          combine ? combine->weights : nullptr,
+                                          combine ? combine->top_k : 0,
+                                          combine ? combine->out : Tensor{});
 }
 
 void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "swiglu";
   check_tensor(op, "gate", gate);
   check_tensor(op, "up", up);
@@ -243,7 +250,7 @@ void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor y) {
 
 void CudaBackend::scaled_silu(const Tensor& x, float s, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_unary("scaled_silu", x, y);
   detail::launch_scaled_silu(impl_->ctx, x, s, y);
 }
@@ -251,7 +258,7 @@ void CudaBackend::scaled_silu(const Tensor& x, float s, Tensor y) {
 void CudaBackend::mean_mul_sigmoid_streams(const Tensor& x, Tensor gate, int64_t streams,
                                            Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "mean_mul_sigmoid_streams";
   check_tensor(op, "x", x);
   check_tensor(op, "gate", gate);
@@ -266,7 +273,7 @@ void CudaBackend::mean_mul_sigmoid_streams(const Tensor& x, Tensor gate, int64_t
 
 void CudaBackend::inject_streams(Tensor x, const Tensor& out, Tensor logits, float logit_scale) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "inject_streams";
   check_tensor(op, "x", x);
   check_tensor(op, "out", out);
@@ -284,7 +291,7 @@ void CudaBackend::inject_streams(Tensor x, const Tensor& out, Tensor logits, flo
 void CudaBackend::split_groups(const Tensor& x, int64_t n_groups, std::span<const int64_t> widths,
                                std::span<Tensor> outs) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "split_groups";
   check_tensor(op, "x", x);
   require(widths.size() == outs.size() && !widths.empty(), op, widths.size(), " widths for ",
@@ -315,7 +322,7 @@ void CudaBackend::rope_neox(Tensor x, const Ids& positions, int64_t head_dim, in
                             float theta) {
   constexpr const char* op = "rope_neox";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_tensor(op, "x", x);
   check_row_ids(op, "positions", positions, x.rows);
   require(head_dim > 0 && x.cols % head_dim == 0, op, "head_dim ", head_dim,
@@ -345,7 +352,7 @@ const float* CudaBackend::Impl::rope_inv_freq(float theta, int64_t rope_dim) {
 void CudaBackend::set_rows(const Tensor& src, const Ids& rows, Tensor dst) {
   constexpr const char* op = "set_rows";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_tensor(op, "src", src);
   check_tensor(op, "dst", dst);
   require(src.cols == dst.cols, op, "src ", shape(src), " and dst ", shape(dst), " differ in width");
@@ -376,7 +383,7 @@ void check_kv_write(const char* op, const Tensor& k_cache, const Tensor& v_cache
 void CudaBackend::kv_write(Tensor k_cache, Tensor v_cache, const Tensor& k, const Tensor& v,
                            const Ids& positions) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_kv_write("kv_write", k_cache, v_cache, k, v, positions);
   const SequenceCache whole[] = {{0, k.rows, k_cache, v_cache}};
   detail::launch_kv_write(impl_->ctx, whole, k, v, positions.data);
@@ -386,7 +393,7 @@ void CudaBackend::kv_write_sequences(std::span<const SequenceCache> sequences, c
                                      const Tensor& v, const Ids& positions) {
   constexpr const char* op = "kv_write_sequences";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_sequences(op, k.rows, sequences);
   check_row_ids(op, "positions", positions, k.rows);
   for (const SequenceCache& s : sequences)
@@ -426,7 +433,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
                             int64_t head_dim, float scale, Tensor y) {
   constexpr const char* op = "attention";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_row_ids(op, "positions", positions, q.rows);
   check_attention(op, q, k_cache, v_cache, n_head, n_head_kv, head_dim, y);
   detail::AttendRows rows;
@@ -440,7 +447,7 @@ void CudaBackend::attention_sequences(const Tensor& q, std::span<const SequenceC
                                       int64_t head_dim, float scale, Tensor y) {
   constexpr const char* op = "attention_sequences";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_sequences(op, q.rows, sequences);
   check_row_ids(op, "positions", positions, q.rows);
   for (const SequenceCache& s : sequences)
@@ -456,7 +463,7 @@ void CudaBackend::attention_selected(const Tensor& q, const Tensor& k_cache, con
                                      int64_t n_head_kv, int64_t head_dim, float scale, Tensor y) {
   constexpr const char* op = "attention_selected";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_row_ids(op, "counts", counts, q.rows);
   require(selected.rows == q.rows && (selected.data || q.rows == 0), op, "selected [",
           selected.rows, " x ", selected.cols, "] should have one row per each of ", q.rows,
@@ -475,7 +482,7 @@ void CudaBackend::block_scores(const Tensor& q, const Tensor& keys, const Ids& p
                                Tensor y) {
   constexpr const char* op = "block_scores";
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_tensor(op, "q", q);
   check_tensor(op, "keys", keys);
   check_tensor(op, "y", y);
@@ -495,7 +502,7 @@ void CudaBackend::block_scores(const Tensor& q, const Tensor& keys, const Ids& p
 
 void CudaBackend::block_mean(const Tensor& x, const Ids& firsts, int64_t block, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "block_mean";
   check_tensor(op, "x", x);
   check_tensor(op, "y", y);
@@ -509,7 +516,7 @@ void CudaBackend::block_mean(const Tensor& x, const Ids& firsts, int64_t block, 
 void CudaBackend::qsa_select(const Tensor& scores, const Ids& positions, int64_t block,
                              int64_t top_blocks, Ids selected, Ids counts) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "qsa_select";
   check_tensor(op, "scores", scores);
   const int64_t T = scores.rows;
@@ -573,7 +580,7 @@ QkHeadMap check_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Te
 void CudaBackend::conv1d_dilated_silu(const Tensor& x, Tensor state, const Weight& w,
                                       int64_t dilation, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_conv(*impl_, "conv1d_silu", x, state, w, dilation, y);
   const SequenceState whole[] = {{0, x.rows, state}};
   detail::launch_conv1d_silu(impl_->ctx, x, whole, static_cast<const float*>(w.data), w.cols,
@@ -583,7 +590,7 @@ void CudaBackend::conv1d_dilated_silu(const Tensor& x, Tensor state, const Weigh
 void CudaBackend::conv1d_silu_sequences(const Tensor& x, std::span<const SequenceState> sequences,
                                         const Weight& w, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "conv1d_silu_sequences";
   check_sequences(op, x.rows, sequences);
   for (const SequenceState& s : sequences)
@@ -595,7 +602,7 @@ void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& g, const Tensor& beta, Tensor state,
                                    int64_t n_heads, HeadRepeat repeat, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   const QkHeadMap map = check_rule(q, k, v, g, beta, state, n_heads, repeat, y);
   const SequenceState whole[] = {{0, q.rows, state}};
   detail::launch_gated_delta_rule(impl_->ctx, q, k, v, g, beta, whole, n_heads, map.div, map.mod, y);
@@ -606,7 +613,7 @@ void CudaBackend::gated_delta_rule_sequences(const Tensor& q, const Tensor& k, c
                                              std::span<const SequenceState> sequences,
                                              int64_t n_heads, HeadRepeat repeat, Tensor y) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_sequences("gated_delta_rule_sequences", q.rows, sequences);
   QkHeadMap map{};
   for (const SequenceState& s : sequences) {
@@ -619,7 +626,7 @@ void CudaBackend::gated_delta_rule_sequences(const Tensor& q, const Tensor& k, c
 
 void CudaBackend::ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight& ssm_a, Tensor g) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   check_decay("ssm_decay", *impl_, a, dt_bias, ssm_a, g);
   detail::launch_ssm_decay(impl_->ctx, a, static_cast<const float*>(dt_bias.data),
                            static_cast<const float*>(ssm_a.data), g);
@@ -628,7 +635,7 @@ void CudaBackend::ssm_decay(const Tensor& a, const Weight& dt_bias, const Weight
 void CudaBackend::ssm_gates(const Tensor& b, const Tensor& a, const Weight& dt_bias,
                             const Weight& ssm_a, Tensor beta, Tensor g) {
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "ssm_gates";
   check_decay(op, *impl_, a, dt_bias, ssm_a, g);
   check_tensor(op, "b", b);
@@ -659,7 +666,7 @@ void CudaBackend::delta_net_recurrence(const DeltaNetRecurrence& r, Tensor y) {
       !detail::delta_net_recurrence_fits(r.state, key_dim, r.n_heads, most_rows))
     return Backend::delta_net_recurrence(r, y);
   if (impl_->graphs.replaying()) return;
-  impl_->graphs.count_op(__func__);
+  impl_->begin_op(__func__);
   constexpr const char* op = "delta_net_recurrence";
   const int64_t T = r.qkv.rows;
   check_tensor(op, "qkv", r.qkv);

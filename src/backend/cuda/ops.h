@@ -91,9 +91,11 @@ void launch_add_rms_norm(const DeviceContext& ctx, Tensor x, const Tensor& delta
                          float eps, Tensor y);
 // y += x * sigmoid(gate), residual += y (launch_add_mul_sigmoid with a residual), then
 // normed = rms_norm(residual, w), in one kernel, for the widths fuses_wide_rms_norm accepts.
+// With combine_weights, y first takes launch_moe_combine(combine_weights, top_k, experts_out).
 void launch_add_mul_sigmoid_rms_norm(const DeviceContext& ctx, Tensor residual, Tensor y,
                                      const Tensor& x, const Tensor& gate, const float* w, float eps,
-                                     Tensor normed);
+                                     Tensor normed, const float* combine_weights = nullptr,
+                                     int64_t top_k = 0, const Tensor& experts_out = {});
 // l2_norm per group; the first q_cols columns then scaled by q_scale (qk_l2_norm).
 void launch_l2_norm(const DeviceContext& ctx, const Tensor& x, int64_t group, float eps, Tensor y,
                     int64_t q_cols = 0, float q_scale = 1.0f);
