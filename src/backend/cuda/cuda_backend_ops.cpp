@@ -50,6 +50,15 @@ void check_sigmoid_gate(const char* op, const Tensor& x, const Tensor& gate, con
           " must be ", shape(x), " or [", x.rows, " x 1]");
 }
 
+// The gain of a norm over all of a row's `cols` columns: F32, one value a column, on this device.
+void check_wide_norm_gain(const char* op, const CudaBackend::Impl& impl, const Weight& w,
+                          int64_t cols) {
+  check_f32_weight(op, w);
+  require(w.rows * w.cols == cols, op, "the weight has ", w.rows * w.cols, " values but the rows have ",
+          cols, " columns");
+  impl.check_device_weight(op, "the weight", w);
+}
+
 // g = ssm_a * softplus(a + dt_bias): a and g [T, heads], dt_bias and ssm_a F32 [heads].
 void check_decay(const char* op, const CudaBackend::Impl& impl, const Tensor& a,
                  const Weight& dt_bias, const Weight& ssm_a, const Tensor& g) {
@@ -159,10 +168,7 @@ void CudaBackend::add_rms_norm(Tensor x, const Tensor& delta, const Weight& w, f
   check_tensor(op, "y", y);
   check_same_shape(op, "x", x, "delta", delta);
   check_same_shape(op, "x", x, "y", y);
-  check_f32_weight(op, w);
-  require(w.rows * w.cols == x.cols, op, "the weight has ", w.rows * w.cols,
-          " values but x has ", x.cols, " columns");
-  impl_->check_device_weight(op, "the weight", w);
+  check_wide_norm_gain(op, *impl_, w, x.cols);
   detail::launch_add_rms_norm(impl_->ctx, x, delta, static_cast<const float*>(w.data), eps, y);
 }
 
@@ -222,10 +228,7 @@ void CudaBackend::add_mul_sigmoid_residual_rms_norm(Tensor residual, Tensor y, T
   check_no_overlap(op, "normed", normed, "y", y);
   check_no_overlap(op, "normed", normed, "x", x);
   check_no_overlap(op, "normed", normed, "gate", gate);
-  check_f32_weight(op, w);
-  require(w.rows * w.cols == residual.cols, op, "the weight has ", w.rows * w.cols,
-          " values but the residual has ", residual.cols, " columns");
-  impl_->check_device_weight(op, "the weight", w);
+  check_wide_norm_gain(op, *impl_, w, residual.cols);
   if (combine)
     for (const Tensor* t : {&residual, &normed})
       check_no_overlap(op, "the MoE's outputs", combine->out, "an output", *t);
