@@ -109,6 +109,7 @@ CudaBackend::Impl::Impl(int device_index)
 
 CudaBackend::Impl::~Impl() {
   cudaSetDevice(ctx.index);
+  pending_combine.reset();  // (a window given up mid-way: its scratch freed while the stream is)
   for (void* p : allocations) cudaFreeAsync(p, ctx.stream);
   for (auto& [key, table] : expert_tables) cudaFreeAsync(table.device, ctx.stream);
   cudaStreamSynchronize(ctx.stream);
