@@ -202,32 +202,48 @@ void Backend::gated_delta_rule_sequences(const Tensor& q, const Tensor& k, const
 }
 
 void Backend::delta_net_recurrence(const DeltaNetRecurrence& r, Tensor y) {
+  delta_net_ops(*this, r, y);
+}
+
+void delta_net_ops(Backend& be, const DeltaNetRecurrence& r, Tensor y, const DeltaNetTaps& taps) {
   const int64_t T = r.qkv.rows, key_dim = (r.qkv.cols - y.cols) / 2;
   if (key_dim <= 0 || 2 * key_dim + y.cols != r.qkv.cols || y.rows != T)
     fail("delta_net_recurrence: qkv ", shape_of(r.qkv), " is not q, k and the values of y ",
          shape_of(y));
-  Tensor conv = alloc(T, r.qkv.cols);
-  conv1d_silu_sequences(r.qkv, r.conv_states, *r.conv, conv);
-  Tensor beta = alloc(T, r.n_heads), g = alloc(T, r.n_heads);
+  std::vector<Tensor> owned;
+  const auto alloc = [&](int64_t rows, int64_t cols) { return owned.emplace_back(be.alloc(rows, cols)); };
+  // causal_conv1d_fn(..., activation="silu"), each sequence's rows with its own conv state
+  const Tensor conv = alloc(T, r.qkv.cols);
+  be.conv1d_silu_sequences(r.qkv, r.conv_states, *r.conv, conv);
+  if (taps.after_conv) taps.after_conv(conv);
+  // beta = b.sigmoid(); g = -self.A_log.exp() * F.softplus(a + self.dt_bias)
+  const Tensor beta = alloc(T, r.n_heads), g = alloc(T, r.n_heads);
+  Tensor b = r.b, a = r.a;
   if (r.ba_groups > 0) {
     if (r.n_heads % r.ba_groups != 0 || r.ba.cols != 2 * r.n_heads || r.ba.rows != T)
       fail("delta_net_recurrence: ba ", shape_of(r.ba), " is not ", r.ba_groups,
            " groups of b and a for ", r.n_heads, " heads and ", T, " rows");
+    // fix_query_key_value_ordering: b, a
     const int64_t widths[] = {r.n_heads / r.ba_groups, r.n_heads / r.ba_groups};
-    Tensor parts[] = {alloc(T, r.n_heads), alloc(T, r.n_heads)};
-    split_groups(r.ba, r.ba_groups, widths, parts);
-    ssm_gates(parts[0], parts[1], *r.dt_bias, *r.ssm_a, beta, g);
-    for (const Tensor& t : parts) release(t);
-  } else {
-    ssm_gates(r.b, r.a, *r.dt_bias, *r.ssm_a, beta, g);
+    b = alloc(T, r.n_heads), a = alloc(T, r.n_heads);
+    Tensor parts[] = {b, a};
+    be.split_groups(r.ba, r.ba_groups, widths, parts);
   }
-  Tensor qk = alloc(T, 2 * key_dim);
-  qk_l2_norm(conv.cols_view(0, 2 * key_dim), r.state, r.l2_eps, key_dim, r.q_scale, qk);
-  gated_delta_rule_sequences(qk.cols_view(0, key_dim), qk.cols_view(key_dim, key_dim),
-                             conv.cols_view(2 * key_dim, y.cols), g, beta, r.ssm_states, r.n_heads,
-                             r.repeat, y);
-  rms_norm_gated(y, *r.norm, r.state, r.norm_eps, r.z, r.gate);
-  for (const Tensor& t : {conv, beta, g, qk}) release(t);
+  be.ssm_gates(b, a, *r.dt_bias, *r.ssm_a, beta, g);
+  // torch_*_gated_delta_rule(use_qk_l2norm_in_kernel=True): l2norm(q), l2norm(k), q * dk^-0.5;
+  // torch.split(mixed_qkv, [key_dim, key_dim, value_dim]): q and k are the conv's first columns
+  const Tensor qk = alloc(T, 2 * key_dim);
+  be.qk_l2_norm(conv.cols_view(0, 2 * key_dim), r.state, r.l2_eps, key_dim, r.q_scale, qk);
+  const Tensor q = qk.cols_view(0, key_dim), k = qk.cols_view(key_dim, key_dim),
+               v = conv.cols_view(2 * key_dim, y.cols);
+  if (taps.before_rule) taps.before_rule(q, k, v, g, beta);
+  // q and k stay at their key heads: the op reads key head g of value head h as the reference's
+  // repeat_interleave (Qwen3-Next) or tile (the others) would have put it there.
+  be.gated_delta_rule_sequences(q, k, v, g, beta, r.ssm_states, r.n_heads, r.repeat, y);
+  if (taps.after_rule) taps.after_rule(y);
+  // self.norm(core_attn_out, z): rms_norm, then * silu(z) (or * sigmoid(z))
+  be.rms_norm_gated(y, *r.norm, r.state, r.norm_eps, r.z, r.gate);
+  for (const Tensor& t : owned) be.release(t);
 }
 
 Ids make_ids(Backend& be, std::span<const int32_t> host, int64_t rows, int64_t cols) {

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -489,6 +490,19 @@ class Backend {
   // the row's weights, NaN weighing 0), -1 when every value is NaN; bitwise on every backend.
   virtual void draw(const Tensor& x, float temperature, const Tensor& uniforms, Ids index) = 0;
 };
+
+// What a caller may watch between the ops of a DeltaNet recurrence run one by one: the conv's
+// output, the delta rule's operands just before it runs, and its output before the gated norm.
+struct DeltaNetTaps {
+  std::function<void(const Tensor& conv)> after_conv;
+  std::function<void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                     const Tensor& beta)>
+      before_rule;
+  std::function<void(const Tensor& core)> after_rule;
+};
+// Backend::delta_net_recurrence's default: the ops one by one on `be`, with taps between them (a
+// speculative window's journal, layer dumps).
+void delta_net_ops(Backend& be, const DeltaNetRecurrence& r, Tensor y, const DeltaNetTaps& taps = {});
 
 // Host <-> backend conversions for the places that need host values.
 // New ids [rows, cols] holding host (rows * cols values); the caller releases them.

@@ -101,10 +101,10 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   const ModelConfig& c = w.c;
   const LayerWeights& L = w.w.layers[size_t(il)];
   backend::Backend& be = w.be;
-  const int64_t s = c.ssm_state, gv = c.ssm_v_heads, kd = c.ssm_key_dim(), vd = c.ssm_value_dim();
+  const int64_t s = c.ssm_state, gv = c.ssm_v_heads, vd = c.ssm_value_dim();
 
   Tensor qkv = w.tmp(w.T, c.ssm_conv_dim()), z = w.tmp(w.T, vd);
-  Gates gates = input_projections(w, L, x, qkv, z);
+  const Gates gates = input_projections(w, L, x, qkv, z);
   const backend::HeadRepeat repeat =
       c.arch == Arch::Qwen3Next ? backend::HeadRepeat::Interleaved : backend::HeadRepeat::Tiled;
   const backend::OutputGate gate =
@@ -113,43 +113,27 @@ Tensor gated_delta_net(Window& w, int64_t il, const Tensor& x) {
   Tensor core = w.tmp(w.T, vd);
   const auto conv_states = sequence_states(w, il, &LayerState::conv);
   const auto ssm_states = sequence_states(w, il, &LayerState::ssm);
-  // A window of one sequence may be speculative: its journal keeps what a rollback needs, and a
-  // dump wants the conv and the core; both take the ops one by one. Otherwise the recurrence is one
-  // op (the same bits), which a backend may run as one launch.
+  const backend::DeltaNetRecurrence r{qkv, conv_states, &L.ssm_conv1d, gates.b, gates.a,
+                                      gates.ba, gates.ba_groups, &L.ssm_dt, &L.ssm_a, ssm_states,
+                                      gv, s, repeat, 1e-6f, q_scale, &L.ssm_norm,
+                                      float(c.rms_eps), z, gate};
+  // The conv, the gates, the l2 norms, the delta rule and the gated norm (backend.h,
+  // DeltaNetRecurrence). A window of one sequence may be speculative: its journal keeps what a
+  // rollback needs, and a dump wants the conv and the core; both watch the ops one by one.
+  // Otherwise the recurrence is one op (the same bits), which a backend may run as one launch.
   if (!w.journal && !w.dump_fn) {
-    be.delta_net_recurrence({qkv, conv_states, &L.ssm_conv1d, gates.b, gates.a, gates.ba,
-                             gates.ba_groups, &L.ssm_dt, &L.ssm_a, ssm_states, gv, s, repeat, 1e-6f,
-                             q_scale, &L.ssm_norm, float(c.rms_eps), z, gate},
-                            core);
+    be.delta_net_recurrence(r, core);
   } else {
-    if (gates.ba_groups > 0) {
-      gates.b = w.tmp(w.T, gv), gates.a = w.tmp(w.T, gv);
-      const int64_t widths[] = {gv / gates.ba_groups, gv / gates.ba_groups};
-      Tensor parts[] = {gates.b, gates.a};
-      be.split_groups(gates.ba, gates.ba_groups, widths, parts);  // fix_query_key_value_ordering: b, a
-    }
     LayerState& st = w.state.layers[size_t(il)];
-    Tensor conv = w.tmp(w.T, c.ssm_conv_dim());
     if (w.journal) w.journal->conv(st.conv, qkv, L.ssm_conv1d, 1);
-    // causal_conv1d_fn(..., activation="silu"), each sequence's rows with its own conv state
-    be.conv1d_silu_sequences(qkv, conv_states, L.ssm_conv1d, conv);
-    w.dump("gdn_conv", il, conv);
-    // torch.split(mixed_qkv, [key_dim, key_dim, value_dim]): q and k are conv's first 2 kd columns
-    const Tensor v = conv.cols_view(2 * kd, vd);
-    Tensor beta = w.tmp(w.T, gv), g = w.tmp(w.T, gv);
-    // beta = b.sigmoid(); g = -self.A_log.exp() * F.softplus(a + self.dt_bias)
-    be.ssm_gates(gates.b, gates.a, L.ssm_dt, L.ssm_a, beta, g);
-    // torch_*_gated_delta_rule(use_qk_l2norm_in_kernel=True): l2norm(q), l2norm(k), q * dk^-0.5
-    Tensor qkn = w.tmp(w.T, 2 * kd);
-    be.qk_l2_norm(conv.cols_view(0, 2 * kd), s, 1e-6f, kd, q_scale, qkn);
-    const Tensor qn = qkn.cols_view(0, kd), kn = qkn.cols_view(kd, kd);
-    // q and k stay at their Gk heads: the op reads head g of value head h as the reference's
-    // repeat_interleave (Qwen3-Next) or tile (the others) would have put it there.
-    if (w.journal) w.journal->delta_rule(st.ssm, qn, kn, v, g, beta, gv, repeat);
-    be.gated_delta_rule_sequences(qn, kn, v, g, beta, ssm_states, gv, repeat, core);
-    w.dump("gdn_core", il, core);
-    // self.norm(core_attn_out, z): rms_norm, then * silu(z), or * sigmoid(z) for qwen4exp
-    be.rms_norm_gated(core, L.ssm_norm, s, float(c.rms_eps), z, gate);
+    backend::DeltaNetTaps taps;
+    taps.after_conv = [&](const Tensor& conv) { w.dump("gdn_conv", il, conv); };
+    taps.before_rule = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                           const Tensor& beta) {
+      if (w.journal) w.journal->delta_rule(st.ssm, q, k, v, g, beta, gv, repeat);
+    };
+    taps.after_rule = [&](const Tensor& y) { w.dump("gdn_core", il, y); };
+    backend::delta_net_ops(be, r, core, taps);
   }
   Tensor out = w.tmp(w.T, c.n_embd);
   be.matmul(L.ssm_out, core, out);  // out_proj(core_attn_out)
