@@ -165,6 +165,14 @@ void check_sequences(const char* op, int64_t rows, std::span<const SequenceCache
   check_sequence_rows(op, rows, sequences, [&](size_t i) -> const Tensor& { return sequences[i].v_cache; }, true);
 }
 
+void check_delta_net_ba(const DeltaNetRecurrence& r, int64_t rows) {
+  if (r.ba_groups <= 0) return;
+  if (r.n_heads % r.ba_groups != 0 || r.ba.cols != 2 * r.n_heads || r.ba.rows != rows ||
+      r.ba.stride < r.ba.cols || (rows > 0 && !r.ba.data))
+    fail("delta_net_recurrence: ba ", shape_of(r.ba), " is not ", r.ba_groups,
+         " groups of b and a for ", r.n_heads, " heads and ", rows, " rows");
+}
+
 void Backend::kv_write_sequences(std::span<const SequenceCache> sequences, const Tensor& k,
                                  const Tensor& v, const Ids& positions) {
   check_sequences("kv_write_sequences", k.rows, sequences);
@@ -220,9 +228,7 @@ void delta_net_ops(Backend& be, const DeltaNetRecurrence& r, Tensor y, const Del
   const Tensor beta = alloc(T, r.n_heads), g = alloc(T, r.n_heads);
   Tensor b = r.b, a = r.a;
   if (r.ba_groups > 0) {
-    if (r.n_heads % r.ba_groups != 0 || r.ba.cols != 2 * r.n_heads || r.ba.rows != T)
-      fail("delta_net_recurrence: ba ", shape_of(r.ba), " is not ", r.ba_groups,
-           " groups of b and a for ", r.n_heads, " heads and ", T, " rows");
+    check_delta_net_ba(r, T);
     // fix_query_key_value_ordering: b, a
     const int64_t widths[] = {r.n_heads / r.ba_groups, r.n_heads / r.ba_groups};
     b = alloc(T, r.n_heads), a = alloc(T, r.n_heads);

@@ -513,6 +513,9 @@ Routing download_routing(Backend& be, const Ids& experts, const Tensor& weights)
 // in rows, the context each sequence holds).
 void check_sequences(const char* op, int64_t rows, std::span<const SequenceState> sequences);
 void check_sequences(const char* op, int64_t rows, std::span<const SequenceCache> sequences);
+// Fails, naming delta_net_recurrence, unless a grouped ba (ba_groups > 0) is [rows, 2 n_heads] in
+// ba_groups whole groups of b and a.
+void check_delta_net_ba(const DeltaNetRecurrence& r, int64_t rows);
 void upload_routing(Backend& be, const Routing& routing, Ids experts, Tensor weights);
 
 }  // namespace strata::backend

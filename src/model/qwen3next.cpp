@@ -44,7 +44,7 @@ Gates input_projections(Window& w, const LayerWeights& L, const Tensor& x, Tenso
   // in_proj_qkvz -> mixed_qkv = cat(query, key, value) and z
   if (w.c.arch != Arch::Qwen3Next) {
     // in_proj_b(hidden_states), in_proj_a(hidden_states)
-    const Gates g{w.tmp(w.T, gv), w.tmp(w.T, gv)};
+    const Gates g{w.tmp(w.T, gv), w.tmp(w.T, gv), {}, 0};
     const backend::Weight* ws[] = {&L.attn_qkv, &L.attn_gate, &L.ssm_beta, &L.ssm_alpha};
     Tensor ys[] = {qkv, z, g.b, g.a};
     w.be.matmuls(ws, x, ys);

@@ -195,8 +195,7 @@ void CudaBackend::begin_side_branch() {
 
 void CudaBackend::end_side_branch() {
   if (!impl_->device.on_side()) return;
-  impl_->flush_combine();
-  impl_->end_matmul_chain();
+  impl_->settle();
   impl_->device.resume_main();
 }
 
@@ -230,8 +229,7 @@ Tensor CudaBackend::alloc_lasting(int64_t rows, int64_t cols) {
 void* CudaBackend::Impl::allocate(const char* op, int64_t rows, int64_t cols, size_t size,
                                   bool lasting) {
   const size_t bytes = size_t(rows) * size_t(cols) * size;
-  flush_combine();
-  end_matmul_chain();
+  settle();
   if (!lasting)
     if (void* p = graphs.alloc(bytes)) return p;  // inside a window: its arena, zeroed
   STRATA_CUDA_CHECK(cudaSetDevice(ctx.index));
@@ -248,8 +246,7 @@ void* CudaBackend::Impl::allocate(const char* op, int64_t rows, int64_t cols, si
 }
 
 void CudaBackend::Impl::free(const char* op, void* p, const std::string& what) {
-  flush_combine();
-  end_matmul_chain();
+  settle();
   if (graphs.release(p)) return;
   require(allocations.erase(p) == 1, op, what, " was not allocated by this backend (or is a view)");
   STRATA_CUDA_CHECK(cudaFreeAsync(p, ctx.stream));
@@ -260,8 +257,7 @@ void CudaBackend::release(Tensor t) { impl_->free("release", t.data, cat("tensor
 void CudaBackend::upload(const float* host, Tensor dst) {
   check_tensor("upload", "dst", dst);
   if (dst.rows == 0 || dst.cols == 0) return;
-  impl_->flush_combine();
-  impl_->end_matmul_chain();
+  impl_->settle();
   const size_t width = size_t(dst.cols) * sizeof(float), bytes = width * size_t(dst.rows);
   if (dst.stride == dst.cols && impl_->graphs.upload(dst.data, host, bytes)) return;
   const void* src = impl_->staging.put(host, bytes);  // the host buffer may go once we return
@@ -320,8 +316,7 @@ void CudaBackend::release_ids(Ids t) {
 void CudaBackend::upload_ids(const int32_t* host, Ids dst) {
   check_ids("upload_ids", "dst", dst);
   if (dst.size() == 0) return;
-  impl_->flush_combine();
-  impl_->end_matmul_chain();
+  impl_->settle();
   const size_t bytes = size_t(dst.size()) * sizeof(int32_t);
   if (impl_->graphs.upload(dst.data, host, bytes)) return;
   STRATA_CUDA_CHECK(cudaMemcpyAsync(dst.data, impl_->staging.put(host, bytes), bytes,

@@ -160,6 +160,12 @@ struct CudaBackend::Impl {
   void flush_combine();
   // The held combine of y, taken over by the caller; any other is launched first.
   std::optional<PendingCombine> take_combine(const Tensor& y);
+  // Device memory or the stream is about to change under what the backend holds: a held combine
+  // launched, the matmul chain ended (allocation, release, transfers, the side branch's end).
+  void settle() {
+    flush_combine();
+    end_matmul_chain();
+  }
   // Every op's start: a held combine launched, then the op counted.
   void begin_op(const char* name) {
     flush_combine();

@@ -681,12 +681,7 @@ void CudaBackend::delta_net_recurrence(const DeltaNetRecurrence& r, Tensor y) {
   // Split from ba, b and a are checked as the views of its first and last n_heads columns (each
   // as long and as far apart as theirs, and between them all of ba).
   const int64_t per_group = r.ba_groups > 0 ? r.n_heads / r.ba_groups : r.n_heads;
-  if (r.ba_groups > 0) {
-    check_tensor(op, "ba", r.ba);
-    require(r.n_heads % r.ba_groups == 0 && r.ba.rows == T && r.ba.cols == 2 * r.n_heads, op,
-            "ba ", shape(r.ba), " is not ", r.ba_groups, " groups of b and a for ", r.n_heads,
-            " heads and ", T, " rows");
-  }
+  check_delta_net_ba(r, T);
   const Tensor b = r.ba_groups > 0 ? r.ba.cols_view(0, r.n_heads) : r.b;
   const Tensor a = r.ba_groups > 0 ? r.ba.cols_view(r.n_heads, r.n_heads) : r.a;
   check_decay(op, *impl_, a, *r.dt_bias, *r.ssm_a, b);
