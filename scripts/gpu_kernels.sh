@@ -11,7 +11,8 @@
 # captured decode window, then replays; --launch-skip lands in the replays and --launch-count
 # covers one window (KERNELS, default: the kernels per token the plain bench reports). MODEL names
 # another model (the flagship: synthesize it first, and raise SKIP past its first windows' launches,
-# e.g. SKIP=12000 GEN=16; defaults 6000 and 8).
+# e.g. SKIP=12000 GEN=16; defaults 6000 and 8). BENCH_ARGS adds arguments to both benches, e.g.
+# BENCH_ARGS='--parallel 8' SKIP=20000 GEN=24 for a window of eight decode streams.
 set -uo pipefail
 
 bundle=$(cd "$(dirname "$0")" && pwd)
@@ -23,13 +24,13 @@ model=${MODEL:-/tmp/next80b.gguf}
 
 [[ -f $model ]] || "$strata" synth --arch qwen3next --preset qwen3-next-80b-a3b --expert-type iq2_xs \
   -o "$model" >"$out/synth.log" 2>&1 || { echo "synth failed"; tail -n 5 "$out/synth.log"; exit 1; }
-"$strata" bench -m "$model" --device cuda --prompt-tokens 512 --gen-tokens 128 >"$out/bench.json" 2>/dev/null
+"$strata" bench -m "$model" --device cuda --prompt-tokens 512 --gen-tokens 128 ${BENCH_ARGS:-} >"$out/bench.json" 2>/dev/null
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('prefill', j['prefill']['tok_per_s'], 'decode', j['decode']['tok_per_s'])" "$out/bench.json"
 # One decode window's kernels, as the plain bench counted them (graph_kernels_per_token).
 kernels=${KERNELS:-$(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['decode']['backend']['graph_kernels_per_token']))" "$out/bench.json" 2>/dev/null || echo 1968)}
 timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip "${SKIP:-6000}" \
   --launch-count "$kernels" --csv "$strata" bench -m "$model" --device cuda --prompt-tokens 16 \
-  --batch 16 --gen-tokens "${GEN:-8}" >"$out/ncu.csv" 2>"$out/ncu.err"
+  --batch 16 --gen-tokens "${GEN:-8}" ${BENCH_ARGS:-} >"$out/ncu.csv" 2>"$out/ncu.err"
 echo "ncu rc $?"
 python3 - "$out/ncu.csv" <<'PY'
 import collections, csv, sys

@@ -10,8 +10,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
+#include <span>
 
 #include "backend/cuda/act_rule.cuh"
 #include "backend/cuda/ops.h"
@@ -19,6 +21,26 @@
 namespace strata::cuda::detail {
 
 constexpr unsigned kFullMask = 0xffffffffu;
+
+// The sequences of one launch passed by value (a window of several sequences, or the whole window
+// as one): grid row blockIdx.y takes at[blockIdx.y].
+template <class Sequence>
+struct SequenceTable {
+  static constexpr int kMax = 32;
+  Sequence at[kMax];
+};
+
+// Runs launch(table, n) over the items, each as to_sequence(item), in tables of up to kMax.
+template <class Sequence, class Item, class ToSequence, class Launch>
+void for_each_sequence_table(std::span<const Item> items, ToSequence to_sequence, Launch launch) {
+  constexpr size_t kMax = SequenceTable<Sequence>::kMax;
+  for (size_t at = 0; at < items.size(); at += kMax) {
+    const size_t n = std::min(items.size() - at, kMax);
+    SequenceTable<Sequence> table{};
+    for (size_t i = 0; i < n; ++i) table.at[i] = to_sequence(items[at + i]);
+    launch(table, unsigned(n));
+  }
+}
 
 // Grid size for `work` units of `per_block` each, capped at max_blocks (kernels stride).
 inline int grid_for(int64_t work, int64_t per_block, int max_blocks) {

@@ -24,17 +24,12 @@ namespace {
 
 constexpr int64_t kMaxCluster = 8;  // portable cluster size
 
-struct SequenceTable {
-  static constexpr int kMax = 32;
-  DeltaNetSequence at[kMax];
-};
-
 // Value head blockIdx.x: the cluster of key head hk, rank hl in it. Shared memory: the conv's
 // outputs [q (kDK) | k (kDK) | v (kDK)], the delta rule's output (kDK), beta, exp(g), the two l2
 // scales and the norm's scale.
 template <int kDK>
 __global__ void __launch_bounds__(kDK)
-    delta_net_recurrence_kernel(const DeltaNetLaunch p, const SequenceTable table) {
+    delta_net_recurrence_kernel(const DeltaNetLaunch p, const SequenceTable<DeltaNetSequence> table) {
   constexpr int kDV = kDK;
   __shared__ float x[3 * kDK], o[kDV], scalars[5];
   float& beta = scalars[0];
@@ -163,16 +158,15 @@ bool delta_net_recurrence_fits(int64_t state, int64_t key_dim, int64_t n_heads, 
 void launch_delta_net_recurrence(const DeviceContext& ctx, const DeltaNetLaunch& p,
                                  std::span<const DeltaNetSequence> sequences) {
   const int64_t heads = p.n_heads / (p.key_dim / p.state);
-  for (size_t at = 0; at < sequences.size(); at += SequenceTable::kMax) {
-    const size_t n = std::min(sequences.size() - at, size_t(SequenceTable::kMax));
-    SequenceTable table{};
-    std::copy_n(sequences.begin() + std::ptrdiff_t(at), n, table.at);
-    const dim3 grid{unsigned(p.n_heads), unsigned(n)};
-    void (*kernel)(DeltaNetLaunch, SequenceTable) =
-        p.state == 128 ? delta_net_recurrence_kernel<128> : delta_net_recurrence_kernel<64>;
-    launch_kernel_clusters(kernel, grid, unsigned(p.state), 0, ctx.stream, unsigned(heads), p, table);
-    STRATA_CUDA_CHECK_LAUNCH("delta_net_recurrence_kernel");
-  }
+  void (*kernel)(DeltaNetLaunch, SequenceTable<DeltaNetSequence>) =
+      p.state == 128 ? delta_net_recurrence_kernel<128> : delta_net_recurrence_kernel<64>;
+  for_each_sequence_table<DeltaNetSequence>(
+      sequences, [](const DeltaNetSequence& s) { return s; },
+      [&](const SequenceTable<DeltaNetSequence>& table, unsigned n) {
+        launch_kernel_clusters(kernel, dim3{unsigned(p.n_heads), n}, unsigned(p.state), 0,
+                               ctx.stream, unsigned(heads), p, table);
+        STRATA_CUDA_CHECK_LAUNCH("delta_net_recurrence_kernel");
+      });
 }
 
 }  // namespace strata::cuda::detail

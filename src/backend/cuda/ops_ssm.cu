@@ -23,41 +23,33 @@ constexpr int kThreads = 128;
 constexpr int kConvChannels = 32;  // a CTA's channels: threadIdx.x
 constexpr int kConvTokenLanes = 8;  // threadIdx.y walks the tokens in steps of blockDim.y
 
-// The sequences of one launch (a window of several sequences, or the whole window as one):
-// grid row blockIdx.y takes sequence blockIdx.y's rows [first, first + rows) and its state.
-struct SequenceTable {
-  static constexpr int kMax = 32;
-  int64_t first[kMax];
-  int64_t rows[kMax];
-  float* state[kMax];
+// A sequence's rows [first, first + rows) of the window and its state.
+struct StateSequence {
+  int64_t first, rows;
+  float* state;
 };
+using StateTable = SequenceTable<StateSequence>;
 
-// Runs launch(table, n) for the sequences in tables of up to SequenceTable::kMax.
 template <class Launch>
 void for_each_table(std::span<const backend::SequenceState> sequences, Launch launch) {
-  for (size_t at = 0; at < sequences.size(); at += SequenceTable::kMax) {
-    const size_t n = std::min(sequences.size() - at, size_t(SequenceTable::kMax));
-    SequenceTable table{};
-    for (size_t i = 0; i < n; ++i) {
-      table.first[i] = sequences[at + i].first;
-      table.rows[i] = sequences[at + i].rows;
-      table.state[i] = sequences[at + i].state.data;
-    }
-    launch(table, unsigned(n));
-  }
+  for_each_sequence_table<StateSequence>(
+      sequences,
+      [](const backend::SequenceState& s) { return StateSequence{s.first, s.rows, s.state.data}; },
+      launch);
 }
 
 // Block (32, 1 or 8): channels 32 blockIdx.x + threadIdx.x, tokens threadIdx.y, + blockDim.y, ...
 // of sequence blockIdx.y.
 __global__ void conv1d_silu_kernel(const float* __restrict__ x, int64_t x_stride, int64_t C,
-                                   const SequenceTable table, int64_t s_stride,
+                                   const StateTable table, int64_t s_stride,
                                    const float* __restrict__ w, int64_t K, int64_t D,
                                    float* __restrict__ y, int64_t y_stride) {
   await_previous_kernel();
-  const int64_t T = table.rows[blockIdx.y];
-  x += table.first[blockIdx.y] * x_stride;
-  y += table.first[blockIdx.y] * y_stride;
-  float* const state = table.state[blockIdx.y];
+  const StateSequence seq = table.at[blockIdx.y];
+  const int64_t T = seq.rows;
+  x += seq.first * x_stride;
+  y += seq.first * y_stride;
+  float* const state = seq.state;
   const int64_t S = (K - 1) * D;
   const int64_t c = int64_t(blockIdx.x) * kConvChannels + threadIdx.x;
   // in(t) for t in [-S, T): the state rows, then x.
@@ -84,14 +76,15 @@ __global__ void gated_delta_rule_kernel(const float* __restrict__ q, int64_t q_s
                                         const float* __restrict__ v, int64_t v_stride,
                                         const float* __restrict__ g, int64_t g_stride,
                                         const float* __restrict__ beta, int64_t b_stride,
-                                        const SequenceTable table, int64_t n_heads,
+                                        const StateTable table, int64_t n_heads,
                                         int64_t qk_div, int64_t qk_mod, int64_t dk, int64_t dv,
                                         float* __restrict__ y, int64_t y_stride) {
   await_previous_kernel();
-  const int64_t T = table.rows[blockIdx.y], first = table.first[blockIdx.y];
+  const StateSequence seq = table.at[blockIdx.y];
+  const int64_t T = seq.rows, first = seq.first;
   q += first * q_stride, k += first * k_stride, v += first * v_stride;
   g += first * g_stride, beta += first * b_stride, y += first * y_stride;
-  float* const state = table.state[blockIdx.y];
+  float* const state = seq.state;
   const int64_t n = n_heads * dv;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += int64_t(gridDim.x) * blockDim.x) {
@@ -131,14 +124,15 @@ __global__ void __launch_bounds__(kThreads)
                                    const float* __restrict__ v, int64_t v_stride,
                                    const float* __restrict__ g, int64_t g_stride,
                                    const float* __restrict__ beta, int64_t b_stride,
-                                   const SequenceTable table, int64_t n_heads,
+                                   const StateTable table, int64_t n_heads,
                                    int64_t qk_div, int64_t qk_mod, int64_t dv,
                                    float* __restrict__ y, int64_t y_stride) {
   await_previous_kernel();
-  const int64_t T = table.rows[blockIdx.y], first = table.first[blockIdx.y];
+  const StateSequence seq = table.at[blockIdx.y];
+  const int64_t T = seq.rows, first = seq.first;
   q += first * q_stride, k += first * k_stride, v += first * v_stride;
   g += first * g_stride, beta += first * b_stride, y += first * y_stride;
-  float* const state = table.state[blockIdx.y];
+  float* const state = seq.state;
   const int64_t n = n_heads * dv;
   for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n;
        u += int64_t(gridDim.x) * blockDim.x) {
@@ -216,7 +210,7 @@ void launch_conv1d_silu(const DeviceContext& ctx, const Tensor& x,
   int64_t most_rows = 0;
   for (const backend::SequenceState& s : sequences) most_rows = std::max(most_rows, s.rows);
   const dim3 block(kConvChannels, most_rows >= kConvTokenLanes ? kConvTokenLanes : 1);
-  for_each_table(sequences, [&](const SequenceTable& table, unsigned n) {
+  for_each_table(sequences, [&](const StateTable& table, unsigned n) {
     launch_kernel(conv1d_silu_kernel, dim3(unsigned(blocks), n), block, 0, ctx.stream, x.data,
                   x.stride, x.cols, table, sequences[0].state.stride, w, kernel, dilation, y.data,
                   y.stride);
@@ -231,7 +225,7 @@ void launch_gated_delta_rule(const DeviceContext& ctx, const Tensor& q, const Te
   const int64_t dk = sequences[0].state.rows / n_heads, dv = v.cols / n_heads;
   if (q.rows == 0 || dv == 0) return;
   const int grid = grid_for(n_heads * dv, kThreads, ctx.limits.max_blocks);
-  for_each_table(sequences, [&](const SequenceTable& table, unsigned n) {
+  for_each_table(sequences, [&](const StateTable& table, unsigned n) {
     const auto columns = [&](auto kernel) {
       launch_kernel(kernel, dim3(unsigned(grid), n), kThreads, 0, ctx.stream, q.data, q.stride,
                     k.data, k.stride, v.data, v.stride, g.data, g.stride, beta.data, beta.stride,
