@@ -34,8 +34,8 @@ void require(bool ok, const char* op, Parts&&... what) {
 
 // A usable tensor: non-negative shape, rows at least cols apart, storage if non-empty.
 inline void check_tensor(const char* op, const char* name, const Tensor& t) {
-  require(t.rows >= 0 && t.cols >= 0 && t.stride >= t.cols, op, name, " has a bad layout ",
-          shape(t), " stride ", t.stride);
+  if (!(t.rows >= 0 && t.cols >= 0 && t.stride >= t.cols))  // (shape() formats only here)
+    fail(op, ": ", name, " has a bad layout ", shape(t), " stride ", t.stride);
   require(t.data != nullptr || t.rows == 0 || t.cols == 0, op, name, " has no storage");
 }
 

@@ -245,14 +245,15 @@ void* CudaBackend::Impl::allocate(const char* op, int64_t rows, int64_t cols, si
   return p;
 }
 
-void CudaBackend::Impl::free(const char* op, void* p, const std::string& what) {
+void CudaBackend::Impl::free(const char* op, void* p, const char* kind, int64_t rows, int64_t cols) {
   settle();
   if (graphs.release(p)) return;
-  require(allocations.erase(p) == 1, op, what, " was not allocated by this backend (or is a view)");
+  if (allocations.erase(p) != 1)  // (the message only now: a window releases ~1000 temporaries)
+    fail(op, ": ", kind, " [", rows, " x ", cols, "] was not allocated by this backend (or is a view)");
   STRATA_CUDA_CHECK(cudaFreeAsync(p, ctx.stream));
 }
 
-void CudaBackend::release(Tensor t) { impl_->free("release", t.data, cat("tensor ", shape(t))); }
+void CudaBackend::release(Tensor t) { impl_->free("release", t.data, "tensor", t.rows, t.cols); }
 
 void CudaBackend::upload(const float* host, Tensor dst) {
   check_tensor("upload", "dst", dst);
@@ -310,7 +311,7 @@ Ids CudaBackend::alloc_ids(int64_t rows, int64_t cols) {
 }
 
 void CudaBackend::release_ids(Ids t) {
-  impl_->free("release_ids", t.data, cat("ids [", t.rows, " x ", t.cols, "]"));
+  impl_->free("release_ids", t.data, "ids", t.rows, t.cols);
 }
 
 void CudaBackend::upload_ids(const int32_t* host, Ids dst) {

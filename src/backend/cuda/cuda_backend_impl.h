@@ -125,7 +125,7 @@ struct CudaBackend::Impl {
   // a window, else the stream-ordered pool; free() gives either back.
   // Zeroed device memory; inside a window the window's own unless `lasting`.
   void* allocate(const char* op, int64_t rows, int64_t cols, size_t size, bool lasting = false);
-  void free(const char* op, void* p, const std::string& what);
+  void free(const char* op, void* p, const char* kind, int64_t rows, int64_t cols);
   // The inverse rope frequencies of (theta, rope_dim), computed on the host once and kept on
   // the device (a persistent input, so a recorded window reads the same memory on replay).
   const float* rope_inv_freq(float theta, int64_t rope_dim);
