@@ -39,10 +39,12 @@ fi
 grep -q 'STRATA_HAVE_CUDA' "$build/build.ninja" ||
   { echo "gpu_bundle: $build has no CUDA backend (is nvcc installed?)" >&2; exit 1; }
 # The shared build gate where there is one (the development box), else a plain build.
+targets=(strata strata_tests strata_handshake_bench)
+grep -q 'strata_kernel_timeline' "$build/build.ninja" && targets+=(strata_kernel_timeline)
 if [[ -x /work/bin/strata-build ]]; then
-  /work/bin/strata-build "$build" --target strata strata_tests strata_handshake_bench
+  /work/bin/strata-build "$build" --target "${targets[@]}"
 else
-  cmake --build "$build" --target strata strata_tests strata_handshake_bench
+  cmake --build "$build" --target "${targets[@]}"
 fi
 
 mkdir -p "$bundle/bin" "$bundle/lib"
@@ -50,6 +52,12 @@ for exe in strata strata_tests strata_handshake_bench; do
   cp "$build/$exe" "$bundle/bin/$exe"
   strip --strip-unneeded "$bundle/bin/$exe"
 done
+# The kernel timeline (gpu_timeline.sh) with the CUPTI it loads, where the toolkit has CUPTI.
+if [[ -f $build/libstrata_kernel_timeline.so ]]; then
+  cp "$build/libstrata_kernel_timeline.so" "$bundle/lib/"
+  ldd "$build/libstrata_kernel_timeline.so" | awk '/libcupti.*=> \//{print $1, $3}' |
+    while read -r name path; do cp -L "$path" "$bundle/lib/$name"; done
+fi
 if [[ -n $base ]]; then
   cp "$base" "$bundle/bin/strata-base"
   strip --strip-unneeded "$bundle/bin/strata-base"
@@ -64,8 +72,10 @@ ldd "$build/strata" "$build/strata_tests" | awk '/=> \//{print $1, $3}' | sort -
     strip --strip-unneeded "$bundle/lib/$name" 2>/dev/null || true
   done
 cp -r "$root/tests/fixtures" "$bundle/fixtures"  # the reference fixtures (test_fixtures_model.cpp)
-cp "$root/scripts/gpu_run.sh" "$root/scripts/gpu_models.sh" "$root/scripts/gpu_kernels.sh" "$bundle/"
-chmod +x "$bundle/gpu_run.sh" "$bundle/gpu_models.sh" "$bundle/gpu_kernels.sh"
+for script in gpu_run.sh gpu_models.sh gpu_kernels.sh gpu_timeline.sh; do
+  cp "$root/scripts/$script" "$bundle/"
+  chmod +x "$bundle/$script"
+done
 
 (cd "$staging" && XZ_OPT=-9 tar cJf bundle.txz bundle)
 mv "$staging/bundle.txz" "$archive"

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from a bundle made by scripts/gpu_bundle.sh: where a replayed decode
+# window's time goes, kernel by kernel, in place (not each kernel alone after a cache flush, as
+# gpu_kernels.sh's Nsight Compute does). The bench runs with the bundle's CUPTI injection library
+# (lib/libstrata_kernel_timeline.so), which writes every kernel's start and end; then, over the
+# replays of the decode window's graph (the first two left out), per replay: the wall time from
+# the first kernel's start to the last one's end, the time no kernel ran, and each kernel's share
+# of the wall: the time from the previous kernel's end (in end order) to its own, which charges
+# dependent launches' early starts and the side stream's overlap to whoever finishes last. Writes
+# timeline.tsv and timeline.txt to $OUT (default BUNDLE/out).
+#
+#   BUNDLE/gpu_timeline.sh   MODEL (default /tmp/strata-models/next80b.gguf, synthesized if absent),
+#                            BENCH_ARGS (added to the bench, e.g. '--parallel 8'), GEN (tokens, 24)
+set -uo pipefail
+
+bundle=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-$bundle/out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+strata="$bundle/bin/${STRATA_BIN:-strata}"
+model=${MODEL:-/tmp/strata-models/next80b.gguf}
+injection="$bundle/lib/libstrata_kernel_timeline.so"
+[[ -f $injection ]] || { echo "gpu_timeline: $injection is missing (no CUPTI at build time)"; exit 1; }
+
+if [[ ! -f $model ]]; then
+  mkdir -p "$(dirname "$model")"
+  "$strata" synth --arch qwen3next --preset qwen3-next-80b-a3b --expert-type iq2_xs -o "$model" \
+    >"$out/synth.log" 2>&1 || { echo "synth failed"; tail -n 5 "$out/synth.log"; exit 1; }
+fi
+# shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
+CUDA_INJECTION64_PATH=$injection STRATA_TIMELINE_OUT="$out/timeline.tsv" "$strata" bench -m "$model" \
+  --device cuda --prompt-tokens 16 --batch 16 --gen-tokens "${GEN:-24}" ${BENCH_ARGS:-} \
+  >"$out/bench.json" 2>"$out/bench.log"
+echo "bench rc $?, $(wc -l <"$out/timeline.tsv") kernels recorded"
+python3 - "$out/timeline.tsv" <<'PY' | tee "$out/timeline.txt"
+import collections, statistics, sys
+
+launches = collections.defaultdict(list)  # (graph, correlation) -> kernels
+for line in open(sys.argv[1]):
+    f = line.rstrip("\n").split("\t")
+    if len(f) < 8 or f[3] == "0":
+        continue
+    launches[(f[3], f[4])].append((int(f[0]), int(f[1]), f[7]))
+if not launches:
+    sys.exit("no graph kernels recorded")
+# The decode window's graph: the one launched most often; its replays in launch order.
+by_graph = collections.Counter(g for g, _ in launches)
+graph = by_graph.most_common(1)[0][0]
+replays = sorted((k for (g, _), k in launches.items() if g == graph), key=lambda k: min(s for s, _, _ in k))
+replays = replays[2:] or replays
+walls, idles, shares, durations, counts = [], [], collections.defaultdict(float), collections.defaultdict(float), collections.Counter()
+for kernels in replays:
+    kernels.sort(key=lambda k: k[1])
+    first = min(s for s, _, _ in kernels)
+    walls.append(kernels[-1][1] - first)
+    busy, reach = 0, first  # union of the kernels' intervals, in start order
+    for s, e, _ in sorted(kernels):
+        if e > reach:
+            busy += e - max(s, reach)
+            reach = e
+    idles.append(walls[-1] - busy)
+    previous = first
+    for s, e, name in kernels:
+        shares[name] += e - previous
+        durations[name] += e - s
+        counts[name] += 1
+        previous = e
+n = len(replays)
+print(f"graph {graph}: {n} replays, {len(replays[0])} kernels each; wall median "
+      f"{statistics.median(walls) / 1e3:.1f} us (min {min(walls) / 1e3:.1f}), no kernel running "
+      f"{statistics.median(idles) / 1e3:.1f} us")
+print(f"{'share us':>9} {'calls':>6} {'share/call':>10} {'dur/call':>9}  kernel")
+for name, t in sorted(shares.items(), key=lambda x: -x[1])[:40]:
+    c = counts[name] / n
+    print(f"{t / n / 1e3:9.1f} {c:6.1f} {t / n / 1e3 / c:10.2f} {durations[name] / n / 1e3 / c:9.2f}  {name[:100]}")
+PY
