@@ -3,7 +3,9 @@
 // Its second window is captured into a graph, launched at end(); later windows replay it: the
 // model still walks its ops, which skip their launches, while in-window allocations return the
 // addresses they had in the capture (a bump arena reset at every window) and uploads refill the
-// pinned buffers the graph's copy nodes read. Internal: names CUDA types.
+// pinned buffers the graph's copy nodes read. A replay without host steps launches as soon as its
+// last input is refilled, so the rest of the walk runs beside the graph. Internal: names CUDA
+// types.
 //
 // Host steps (Backend::begin_host_step): a window may leave stretches to the host (the expert
 // cache's handshake: the routing read back, misses resolved, the experts' ops chosen). Such a
@@ -92,6 +94,7 @@ class WindowGraphs {
   void grow_arena();
   // Capture: ends the segment being captured and launches it. Replay: launches the next segment.
   void finish_segment();
+  void launch_replay();
   void destroy(Graph& g);
   void* step_alloc(size_t bytes);
   // Host steps timed on the device (BackendCounters::handshake_seconds): `start` when the segment
@@ -112,6 +115,7 @@ class WindowGraphs {
   Graph capturing_;
   size_t next_input_ = 0;
   size_t next_segment_ = 0;  // replay: segments launched so far in this window
+  bool launched_ = false;    // replay: the last segment is launched
   bool in_step_ = false;
   bool step_read_ = false;      // the host read the device in this step
   bool step_answered_ = false;  // and has queued work since
