@@ -106,7 +106,7 @@ void WindowGraphs::begin(uint64_t key) {
     graph_ = &it->second;
     fresh_limit_ = graph_->fresh_bytes;
     mode_ = Mode::Replay;
-    if (graph_->inputs.empty()) launch_replay();
+    if (replay_ready()) launch_replay();
     return;
   }
   Seen& seen = seen_[key];
@@ -170,6 +170,10 @@ void WindowGraphs::end(bool completed) {
 // (or at begin() without inputs) when the window has no host steps, so that the model's walk over
 // the rest of its ops, which launch nothing, overlaps the graph instead of delaying it (about
 // 200 us a decode token of the 80B shape on the H100's host); else at end().
+bool WindowGraphs::replay_ready() const {
+  return graph_->segments.size() == 1 && next_input_ == graph_->inputs.size();
+}
+
 void WindowGraphs::launch_replay() {
   if (next_input_ != graph_->inputs.size() || next_segment_ + 1 != graph_->segments.size())
     fail("internal error: a replayed window uploaded ", next_input_, " inputs in ", next_segment_ + 1,
@@ -312,7 +316,7 @@ bool WindowGraphs::upload(void* dst, const void* host, size_t bytes) {
          " bytes does not match its graph");
   if (next_input_ == 0) STRATA_CUDA_CHECK(cudaEventSynchronize(graph_->done));
   std::memcpy(graph_->inputs[next_input_++].pinned, host, bytes);
-  if (next_input_ == graph_->inputs.size() && graph_->segments.size() == 1) launch_replay();
+  if (replay_ready()) launch_replay();
   return true;
 }
 

@@ -94,6 +94,8 @@ class WindowGraphs {
   void grow_arena();
   // Capture: ends the segment being captured and launches it. Replay: launches the next segment.
   void finish_segment();
+  // Replay: no host steps, and every input refilled: the graph can launch before the walk ends.
+  bool replay_ready() const;
   void launch_replay();
   void destroy(Graph& g);
   void* step_alloc(size_t bytes);
