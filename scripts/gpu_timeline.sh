@@ -4,8 +4,8 @@
 # gpu_kernels.sh's Nsight Compute does). The bench runs with the bundle's CUPTI injection library
 # (lib/libstrata_kernel_timeline.so), which writes every kernel's start and end; then, over the
 # replays of the decode window's graph (the first two left out), per replay: the wall time from
-# the first kernel's start to the last one's end, the time no kernel ran, and each kernel's share
-# of the wall: the time from the previous kernel's end (in end order) to its own, which charges
+# the first kernel's start to the last one's end, the time no kernel ran, the gap to the next
+# replay (and the kernels launched outside the graph in it), and each kernel's share of the wall: the time from the previous kernel's end (in end order) to its own, which charges
 # dependent launches' early starts and the side stream's overlap to whoever finishes last. Writes
 # timeline.tsv and timeline.txt to $OUT (default BUNDLE/out).
 #
@@ -36,9 +36,13 @@ python3 - "$out/timeline.tsv" <<'PY' | tee "$out/timeline.txt"
 import collections, statistics, sys
 
 launches = collections.defaultdict(list)  # (graph, correlation) -> kernels
+eager = []  # kernels launched outside graphs: (start, end, name)
 for line in open(sys.argv[1]):
     f = line.rstrip("\n").split("\t")
-    if len(f) < 8 or f[3] == "0":
+    if len(f) < 8:
+        continue
+    if f[3] == "0":
+        eager.append((int(f[0]), int(f[1]), f[7]))
         continue
     launches[(f[3], f[4])].append((int(f[0]), int(f[1]), f[7]))
 if not launches:
@@ -69,6 +73,16 @@ n = len(replays)
 print(f"graph {graph}: {n} replays, {len(replays[0])} kernels each; wall median "
       f"{statistics.median(walls) / 1e3:.1f} us (min {min(walls) / 1e3:.1f}), no kernel running "
       f"{statistics.median(idles) / 1e3:.1f} us")
+# Between replays: from one replay's last kernel end to the next one's first start, the GPU
+# waits for the host (read-back, sampling, the next window's uploads and launch) and runs the
+# kernels launched outside the graph.
+bounds = [(min(s for s, _, _ in k), max(e for _, e, _ in k)) for k in replays]
+gaps = [b[0] - a[1] for a, b in zip(bounds, bounds[1:])]
+between = collections.Counter(name for a, b in zip(bounds, bounds[1:]) for s, e, name in eager if a[1] <= s < b[0])
+if gaps:
+    print(f"between replays: median {statistics.median(gaps) / 1e3:.1f} us (min {min(gaps) / 1e3:.1f}, "
+          f"max {max(gaps) / 1e3:.1f}); kernels outside the graph a gap: "
+          + (", ".join(f"{name} {c / len(gaps):.1f}" for name, c in between.most_common(6)) or "none"))
 print(f"{'share us':>9} {'calls':>6} {'share/call':>10} {'dur/call':>9}  kernel")
 for name, t in sorted(shares.items(), key=lambda x: -x[1])[:40]:
     c = counts[name] / n

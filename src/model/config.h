@@ -96,6 +96,7 @@ struct ModelConfig {
   bool is_linear(int64_t il) const;  // a GDN layer (never an MTP block)
   bool is_mtp(int64_t il) const { return il >= n_layer; }
   bool has_ple() const { return arch == Arch::Qwen4Exp && !ple_layers.empty(); }
+  bool has_qsa() const { return arch == Arch::Qwen4Exp && idx_block > 0; }
   // Index of layer il among the PLE layers, or -1.
   int64_t ple_index(int64_t il) const;
   // GGUF name of PLE layer k's n-gram table: the first keeps llama.cpp's global name, further

@@ -38,25 +38,22 @@ void Window::dump(const char* name, int64_t il, const Tensor& t) {
 
 namespace {
 
-// Sequence s's rows of the window's PLE ids (per table, [s.rows, ple_heads()]).
-std::vector<std::vector<int32_t>> sequence_ple_ids(const Window& w, const WindowSequence& s) {
-  std::vector<std::vector<int32_t>> out;
-  for (const std::vector<int32_t>& ids : w.ple_ids) {
-    const size_t per_row = ids.size() / size_t(w.T);
-    out.emplace_back(ids.begin() + std::ptrdiff_t(size_t(s.first) * per_row),
-                     ids.begin() + std::ptrdiff_t(size_t(s.first + s.rows) * per_row));
-  }
+// Sequence s's part of each PLE table's ids: its own [ple_heads(), rows] block.
+std::vector<backend::Ids> sequence_ple_ids(const Window& w, const WindowSequence& s) {
+  std::vector<backend::Ids> out;
+  for (const backend::Ids& ids : w.ple_ids) out.push_back({ids.data + s.first * ids.rows, ids.rows, s.rows});
   return out;
 }
 
-// Sequence s's own window: its rows, positions, state and PLE ids, as if it were alone.
+// Sequence s's own window: its rows, positions, state, PLE ids and QSA blocks, as if it were alone.
 Window sequence_window(Window& w, const WindowSequence& s) {
   static const DumpFn kNoDump;  // a sequence's own rows are not dumped
   return Window{w.be, w.c, w.w, w.experts, *s.state,
                 std::vector<int32_t>(w.pos.begin() + s.first, w.pos.begin() + s.first + s.rows),
                 w.tokens.subspan(size_t(s.first), size_t(s.rows)), s.rows, w.renormalize_topk, kNoDump,
                 Scratch(w.be), w.route, w.positions.rows_view(s.first, s.rows), nullptr, {},
-                sequence_ple_ids(w, s), w.ple_counters};
+                sequence_ple_ids(w, s), w.ple_counters, {}, -1,
+                w.qsa_block_starts.rows_view(s.first, s.rows), w.qsa_blocks.rows_view(s.first, s.rows)};
 }
 
 }  // namespace

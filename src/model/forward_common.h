@@ -66,15 +66,21 @@ struct Window {
   backend::Ids positions = {};  // pos in backend memory, [T, 1], uploaded once per window
   Journal* journal = nullptr;     // a speculative window: what a rollback needs (journal.h)
   std::vector<WindowSequence> sequences{};  // empty: one sequence, `state`
-  // qwen4exp: per PLE table, the rows' n-gram ids [T, ple_heads()], hashed before layer 0
-  // (ple_start_window) so that the reads of every PLE layer's rows go out before the first runs.
-  std::vector<std::vector<int32_t>> ple_ids{};
+  // qwen4exp: per PLE table, the rows' n-gram ids in backend memory, head-major [ple_heads(), T]
+  // (per sequence, in window order: a sequence's rows are [ple_heads(), rows] of its own), hashed
+  // and uploaded before layer 0 (ple_start_window): the reads of every PLE layer's rows go out
+  // before the first runs, and a replayed window has every input before its walk.
+  std::vector<backend::Ids> ple_ids{};
   PleCounters* ple_counters = nullptr;  // the model's; null: not counted
   // [T, n_embd], lasting the window (qwen3next): where a layer's last residual add also writes the
   // next layer's input norm of the hidden state (add_mul_sigmoid_residual_rms_norm), which layer
   // `input_norm_layer` then takes instead of norming it again. No rows: every layer norms its own.
   Tensor input_norm = {};
   int64_t input_norm_layer = -1;
+  // qwen4exp's QSA: per row, the first position of the key block the row completes and that
+  // block's index, or -1 for a row completing none ([T, 1] each), uploaded before layer 0
+  // (qsa_start_window), the same for every QSA layer.
+  backend::Ids qsa_block_starts = {}, qsa_blocks = {};
 
   // Hands t to the dump callback as "name-il" (il < 0: "name"), when one is set.
   void dump(const char* name, int64_t il, const Tensor& t);

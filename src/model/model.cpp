@@ -78,12 +78,17 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   w.route = route_.get();
   w.journal = extras.journal;
   w.ple_counters = &ple_counters_;
-  if (c.has_ple()) ple_start_window(w, ple_prefetch_);  // first, so the rows' reads overlap the most
   if (w.journal) w.journal->begin(state, tokens);
   for (int64_t t = 0; t < T; ++t) w.pos.push_back(int32_t(state.n_past + t));
+  // Every upload of the window before layer 0 (a replay launches its graph at the last one); the
+  // PLE ids first, so that their rows' reads overlap the most.
   Scratch keep(backend_);
+  if (c.has_ple()) ple_start_window(w, keep, ple_prefetch_);
   w.positions = keep.ids(w.pos, T, 1);
+  if (c.has_qsa()) qsa_start_window(w, keep);
   const backend::Ids token_ids = keep.ids(tokens, T, 1);
+  WindowLogits out(backend_, extras.greedy, nullptr, extras.top_k);
+  out.prepare(keep, mode == LogitsMode::All ? T : 1);
   // qwen4exp: the residual is hc_count streams, each starting as the embedding
   // (hidden_states.repeat(1, 1, hc_count)).
   const bool hc = c.arch == Arch::Qwen4Exp;
@@ -116,8 +121,7 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   w.dump("final_norm", -1, h);
   Tensor logits = keep(h.rows, c.n_vocab);
   backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)
-  WindowLogits out(backend_, extras.greedy, nullptr, extras.top_k);
-  out.choose(keep, logits);
+  out.choose(logits);
   backend_window.end();
   if (extras.hidden) {
     extras.hidden->resize(size_t(hidden.rows * hidden.cols));
@@ -178,10 +182,21 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   w.route = route_.get();
   w.sequences = parts;
   w.ple_counters = &ple_counters_;
-  if (c.has_ple()) ple_start_window(w, ple_prefetch_);  // first, so the rows' reads overlap the most
+  // Every upload before layer 0, as in forward().
   Scratch keep(backend_);
+  if (c.has_ple()) ple_start_window(w, keep, ple_prefetch_);
   w.positions = keep.ids(w.pos, T, 1);
+  if (c.has_qsa()) qsa_start_window(w, keep);
   const backend::Ids token_ids = keep.ids(tokens, T, 1);
+  // Each sequence's logits rows (the last, or all of them), chosen from in the window where it asks.
+  std::vector<int64_t> wanted;
+  std::vector<WindowLogits> chosen;
+  chosen.reserve(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    wanted.push_back(sequences[i].mode == LogitsMode::All ? parts[i].rows : 1);
+    chosen.emplace_back(backend_, sequences[i].greedy, nullptr, sequences[i].top);
+    chosen.back().prepare(keep, wanted.back());
+  }
   const bool hc = c.arch == Arch::Qwen4Exp;
   Tensor x = keep(T, hc ? c.hc_dim() : c.n_embd);
   backend_.get_rows(weights_.token_embd, token_ids, x.cols_view(0, c.n_embd));  // embed_tokens(input_ids)
@@ -196,10 +211,8 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   }
   if (route_) route_->end_window(T);
   // The rows whose logits are wanted, gathered so the head runs once for every sequence.
-  std::vector<int64_t> wanted;  // per sequence: how many rows of `rows` are its
   int64_t n = 0;
-  for (size_t i = 0; i < parts.size(); ++i)
-    n += wanted.emplace_back(sequences[i].mode == LogitsMode::All ? parts[i].rows : 1);
+  for (const int64_t rows : wanted) n += rows;
   Tensor rows = keep(n, x.cols);
   for (size_t i = 0, at = 0; i < parts.size(); at += size_t(wanted[i]), ++i)
     backend_.copy(x.rows_view(parts[i].first + parts[i].rows - wanted[i], wanted[i]), rows.rows_view(int64_t(at), wanted[i]));
@@ -224,13 +237,10 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   }
   Tensor logits = keep(h.rows, c.n_vocab);
   backend_.matmul(weights_.output, h, logits);  // lm_head(hidden_states)
-  // Each sequence's rows of the logits, chosen from in the window where it asks.
   std::vector<Tensor> own;
-  std::vector<WindowLogits> chosen;
   for (size_t i = 0, at = 0; i < parts.size(); at += size_t(wanted[i]), ++i) {
     own.push_back(logits.rows_view(int64_t(at), wanted[i]));
-    chosen.emplace_back(backend_, sequences[i].greedy, nullptr, sequences[i].top);
-    chosen.back().choose(keep, own.back());
+    chosen[i].choose(own.back());
   }
   backend_window.end();
   std::vector<std::vector<float>> out;

@@ -12,6 +12,7 @@
 // Rows sit at the positions of their hidden states (vLLM's convention: row t at state.n_past + t).
 #include "model/forward_common.h"
 #include "model/model.h"
+#include "model/qwen4exp.h"
 #include "model/window_scope.h"
 #include "util/error.h"
 
@@ -56,11 +57,15 @@ std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span
   const LayerWeights& L = weights_.layers[size_t(il)];
   const bool hc = c.arch == Arch::Qwen4Exp;
   const float eps = float(c.rms_eps);
+  // Every upload before the block, as in Model::forward.
   Scratch keep(backend_);
   w.positions = keep.ids(w.pos, T, 1);
+  if (c.has_qsa()) qsa_start_window(w, keep);
   Tensor e = keep(T, n), h = keep(T, hcols), x = keep(T, hc ? c.hc_dim() : n);
   backend_.get_rows(weights_.token_embd, keep.ids(tokens, T, 1), e);
   backend_.upload(hidden.data(), h);
+  WindowLogits result(backend_, greedy, probs);
+  result.prepare(keep, mode == LogitsMode::All ? T : 1);
   if (hc) {
     qwen4exp_mtp_input(w, L, e, h, x);
   } else {
@@ -95,8 +100,7 @@ std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span
       backend_.matmul(lm_head_rows(vocab.tail_first, tail), out,
                       {logits.data + vocab.head, 1, tail, tail});
   }
-  WindowLogits result(backend_, greedy, probs);
-  result.choose(keep, logits);
+  result.choose(logits);
   backend_window.end();
   if (hidden_out) {
     hidden_out->resize(size_t(hidden_rows.rows * hidden_rows.cols));

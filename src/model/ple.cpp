@@ -59,21 +59,26 @@ double seconds_since(Clock::time_point start) {
 
 }  // namespace
 
-void ple_start_window(Window& w, bool prefetch) {
+void ple_start_window(Window& w, Scratch& keep, bool prefetch) {
   const ModelConfig& c = w.c;
   const size_t heads = size_t(c.ple_heads());
   // Each sequence's rows hash with its own history; a window of one is its only sequence.
   std::vector<WindowSequence> sequences = w.sequences;
   if (sequences.empty()) sequences.push_back({0, w.T, &w.state});
-  w.ple_ids.assign(c.ple_tables.size(), std::vector<int32_t>(size_t(w.T) * heads));
+  w.ple_ids.clear();
+  std::vector<int32_t> window_ids(size_t(w.T) * heads), head_major(window_ids.size());
   const Clock::time_point start = Clock::now();
   for (size_t k = 0; k < c.ple_tables.size(); ++k) {
     for (const WindowSequence& s : sequences) {
       const std::vector<int32_t> ids = ple_ngram_ids(c, int64_t(k), s.state->ple_history,
                                                      w.tokens.subspan(size_t(s.first), size_t(s.rows)));
-      std::copy(ids.begin(), ids.end(), w.ple_ids[k].begin() + std::ptrdiff_t(size_t(s.first) * heads));
+      const size_t first = size_t(s.first) * heads, rows = size_t(s.rows);
+      std::copy(ids.begin(), ids.end(), window_ids.begin() + std::ptrdiff_t(first));
+      for (size_t h = 0; h < heads; ++h)
+        for (size_t t = 0; t < rows; ++t) head_major[first + h * rows + t] = ids[t * heads + h];
     }
-    if (prefetch) w.be.prefetch_rows(w.w.ple_tables[k], w.ple_ids[k]);
+    if (prefetch) w.be.prefetch_rows(w.w.ple_tables[k], window_ids);
+    w.ple_ids.push_back(keep.ids(head_major, int64_t(heads), w.T));
   }
   if (prefetch && w.ple_counters) w.ple_counters->issue_seconds += seconds_since(start);
 }
@@ -87,21 +92,17 @@ Tensor ple_layer(Window& w, int64_t il, const Tensor& x) {
   const int64_t k = c.ple_index(il), n = c.n_embd, hc = c.hc_count, heads = c.ple_heads(), hd = c.ple_head_dim();
 
   // embeddings = self.ple_embedding(input_ids): one table row per n-gram head, side by side.
-  // The ids are known from the window's tokens alone: hashed on the host before layer 0
-  // (ple_start_window), uploaded head-major.
-  if (size_t(k) >= w.ple_ids.size() || int64_t(w.ple_ids[size_t(k)].size()) != w.T * heads)
+  // The ids are known from the window's tokens alone: hashed on the host and uploaded head-major
+  // before layer 0 (ple_start_window).
+  if (size_t(k) >= w.ple_ids.size() || w.ple_ids[size_t(k)].rows != heads || w.ple_ids[size_t(k)].cols != w.T)
     fail("internal error: PLE layer ", il, " runs in a window whose n-gram ids were not hashed");
-  const std::vector<int32_t>& ids = w.ple_ids[size_t(k)];
-  std::vector<int32_t> head_major(ids.size());
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t t = 0; t < w.T; ++t) head_major[size_t(h * w.T + t)] = ids[size_t(t * heads + h)];
-  const backend::Ids head_ids = w.tmp.ids(head_major, heads, w.T);
+  const backend::Ids head_ids = w.ple_ids[size_t(k)];
   Tensor emb = w.tmp(w.T, heads * hd);
   const Clock::time_point gather_start = Clock::now();
   for (int64_t h = 0; h < heads; ++h)
     be.get_rows(w.w.ple_tables[size_t(k)], head_ids.rows_view(h, 1), emb.cols_view(h * hd, hd));
   if (w.ple_counters) {
-    w.ple_counters->rows += ids.size();
+    w.ple_counters->rows += uint64_t(head_ids.size());
     w.ple_counters->gather_seconds += seconds_since(gather_start);
   }
   Tensor key = w.tmp(w.T, c.hc_dim()), value = w.tmp(w.T, n);

@@ -17,27 +17,24 @@
 #include <cmath>
 
 #include "model/qwen4exp.h"
+#include "util/error.h"
 
 namespace strata::model {
 
 namespace {
 
-// Block keys of the blocks this window completes, into st.idx_blocks (the reference recomputes
-// them per query from the raw keys it caches; they do not change once a block is complete).
-// Row t at position p completes block (p + 1) / B - 1 when p + 1 is a multiple of B.
+// Block keys of the blocks this window completes (qsa_start_window), into st.idx_blocks (the
+// reference recomputes them per query from the raw keys it caches; they do not change once a block
+// is complete).
 void update_blocks(Window& w, const LayerWeights& L, LayerState& st) {
   const int64_t B = w.c.idx_block, di = w.c.idx_head_dim;
-  std::vector<int32_t> starts(size_t(w.T), -1), blocks(size_t(w.T), -1);  // -1: completes none
-  for (int64_t t = 0; t < w.T; ++t) {
-    const int64_t end = w.pos[size_t(t)] + 1;
-    if (end % B == 0) starts[size_t(t)] = int32_t(end - B), blocks[size_t(t)] = int32_t(end / B - 1);
-  }
-  const backend::Ids start_ids = w.tmp.ids(starts, w.T, 1);
+  if (w.qsa_blocks.rows != w.T || w.qsa_block_starts.rows != w.T)
+    fail("internal error: a QSA layer runs in a window whose key blocks were not uploaded");
   Tensor keys = w.tmp(w.T, di);
-  w.be.block_mean(st.idx_k, start_ids, B, keys);  // key_groups.float().mean(dim=1)
+  w.be.block_mean(st.idx_k, w.qsa_block_starts, B, keys);  // key_groups.float().mean(dim=1)
   w.be.rms_norm(keys, &L.indexer_k_norm, di, float(w.c.rms_eps), keys);  // k_layernorm(pooled_keys)
-  w.be.rope_neox(keys, start_ids, di, w.c.rope_dim, float(w.c.rope_theta));  // rope at group_starts
-  w.be.set_rows(keys, w.tmp.ids(blocks, w.T, 1), st.idx_blocks);
+  w.be.rope_neox(keys, w.qsa_block_starts, di, w.c.rope_dim, float(w.c.rope_theta));  // rope at group_starts
+  w.be.set_rows(keys, w.qsa_blocks, st.idx_blocks);
 }
 
 // The positions each window row attends to, ascending: row t's are selected[t, 0 .. counts[t]).
@@ -60,6 +57,18 @@ Selection select_positions(Window& w, const LayerState& st, const Tensor& iq) {
 }
 
 }  // namespace
+
+// Row t at position p completes block (p + 1) / B - 1 when p + 1 is a multiple of B.
+void qsa_start_window(Window& w, Scratch& keep) {
+  const int64_t B = w.c.idx_block;
+  std::vector<int32_t> starts(size_t(w.T), -1), blocks(size_t(w.T), -1);  // -1: completes none
+  for (int64_t t = 0; t < w.T; ++t) {
+    const int64_t end = w.pos[size_t(t)] + 1;
+    if (end % B == 0) starts[size_t(t)] = int32_t(end - B), blocks[size_t(t)] = int32_t(end / B - 1);
+  }
+  w.qsa_block_starts = keep.ids(starts, w.T, 1);
+  w.qsa_blocks = keep.ids(blocks, w.T, 1);
+}
 
 // Qwen4ExpTextAttention.forward
 Tensor sparse_attention(Window& w, int64_t il, const Tensor& x) {

@@ -25,15 +25,20 @@ std::vector<int32_t> ple_ngram_ids(const ModelConfig& c, int64_t k, std::span<co
 void ple_advance_history(std::vector<int32_t>& history, std::span<const int32_t> tokens);
 
 // Before layer 0 of a window: hashes every PLE table's ids for the window's rows (each sequence's
-// rows with its own history) into w.ple_ids, and with `prefetch` hands them to
-// Backend::prefetch_rows, so that the rows of every PLE layer are being read while the layers
-// before it compute, and in parallel rather than one fault after another. The ids depend only on
-// the tokens and the history, so they are known before anything runs.
-void ple_start_window(Window& w, bool prefetch);
+// rows with its own history) and uploads them into `keep` (w.ple_ids), and with `prefetch` hands
+// them to Backend::prefetch_rows, so that the rows of every PLE layer are being read while the
+// layers before it compute, and in parallel rather than one fault after another. The ids depend
+// only on the tokens and the history, so they are known before anything runs.
+void ple_start_window(Window& w, Scratch& keep, bool prefetch);
 
 // Qwen4ExpTextPLELayer.forward: x [T, hc_dim] are the streams; returns what is added to them.
 // Gathers the rows ple_start_window hashed.
 Tensor ple_layer(Window& w, int64_t il, const Tensor& x);
+
+// Before layer 0 of a window of an architecture with QSA layers: the key blocks the window's rows
+// complete, from their positions alone, uploaded into `keep` (w.qsa_block_starts, w.qsa_blocks)
+// once for every QSA layer.
+void qsa_start_window(Window& w, Scratch& keep);
 
 // Qwen4ExpTextAttention.forward with its QSA indexer: x [T, n_embd] -> [T, n_embd].
 Tensor sparse_attention(Window& w, int64_t il, const Tensor& x);

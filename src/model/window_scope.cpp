@@ -57,27 +57,35 @@ WindowLogits::WindowLogits(backend::Backend& be, std::vector<int32_t>* greedy, s
     fail("forward: the rows' softmax sums need a temperature > 0, got ", top->sum_temperature);
 }
 
-void WindowLogits::choose(Scratch& keep, const backend::Tensor& logits) {
+void WindowLogits::prepare(Scratch& keep, int64_t rows) {
+  rows_ = rows;
   if (greedy_) {
-    index_ = keep.ids(logits.rows, 1);
-    if (probs_) values_ = keep(logits.rows, 1);
+    index_ = keep.ids(rows, 1);
+    if (probs_) values_ = keep(rows, 1);
+  } else if (top_ && top_->draw_temperature > 0.0f) {
+    if (int64_t(top_->uniforms.size()) != rows)
+      fail("forward: a draw needs one uniform number per logits row, got ", top_->uniforms.size(), " for ",
+           rows, " rows");
+    index_ = keep.ids(rows, 1);
+    uniforms_ = keep(rows, 1);
+    be_.upload(top_->uniforms.data(), uniforms_);
+  } else if (top_) {
+    index_ = keep.ids(rows, top_->k);
+    values_ = keep(rows, top_->k);
+    if (top_->sum_temperature > 0.0f) sums_ = keep(rows, 1);
+  }
+}
+
+void WindowLogits::choose(const backend::Tensor& logits) {
+  if (logits.rows != rows_)
+    fail("internal error: the window's choice was prepared for ", rows_, " logits rows, not ", logits.rows);
+  if (greedy_) {
     be_.argmax(logits, index_, values_);
   } else if (top_ && top_->draw_temperature > 0.0f) {
-    if (int64_t(top_->uniforms.size()) != logits.rows)
-      fail("forward: a draw needs one uniform number per logits row, got ", top_->uniforms.size(), " for ",
-           logits.rows, " rows");
-    index_ = keep.ids(logits.rows, 1);
-    uniforms_ = keep(logits.rows, 1);
-    be_.upload(top_->uniforms.data(), uniforms_);
     be_.draw(logits, top_->draw_temperature, uniforms_, index_);
   } else if (top_) {
-    index_ = keep.ids(logits.rows, top_->k);
-    values_ = keep(logits.rows, top_->k);
     be_.top_k(logits, index_, values_);
-    if (top_->sum_temperature > 0.0f) {
-      sums_ = keep(logits.rows, 1);
-      be_.sampling_sums(logits, top_->sum_temperature, sums_);
-    }
+    if (top_->sum_temperature > 0.0f) be_.sampling_sums(logits, top_->sum_temperature, sums_);
   }
 }
 
