@@ -28,7 +28,8 @@ namespace {
 // is complete).
 void update_blocks(Window& w, const LayerWeights& L, LayerState& st) {
   const int64_t B = w.c.idx_block, di = w.c.idx_head_dim;
-  if (w.qsa_blocks.rows != w.T || w.qsa_block_starts.rows != w.T)
+  if (w.qsa_blocks.rows != w.T || w.qsa_blocks.cols != 1 || w.qsa_block_starts.rows != w.T ||
+      w.qsa_block_starts.cols != 1)
     fail("internal error: a QSA layer runs in a window whose key blocks were not uploaded");
   Tensor keys = w.tmp(w.T, di);
   w.be.block_mean(st.idx_k, w.qsa_block_starts, B, keys);  // key_groups.float().mean(dim=1)
