@@ -5,8 +5,9 @@
 # (lib/libstrata_kernel_timeline.so), which writes every kernel's start and end; then, over the
 # replays of the decode window's graph (the first two left out), per replay: the wall time from
 # the first kernel's start to the last one's end, the time no kernel ran, the gap to the next
-# replay (and the kernels launched outside the graph in it), and each kernel's share of the wall: the time from the previous kernel's end (in end order) to its own, which charges
-# dependent launches' early starts and the side stream's overlap to whoever finishes last. Writes
+# replay (and the kernels launched outside the graph in it), and each kernel's share of the wall:
+# the time from the previous kernel's end (in end order) to its own, which charges dependent
+# launches' early starts and the side stream's overlap to whoever finishes last. Writes
 # timeline.tsv and timeline.txt to $OUT (default BUNDLE/out).
 #
 #   BUNDLE/gpu_timeline.sh   MODEL (default /tmp/strata-models/next80b.gguf, synthesized if absent),
