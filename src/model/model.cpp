@@ -87,8 +87,7 @@ std::vector<float> Model::forward(std::span<const int32_t> tokens, State& state,
   w.positions = keep.ids(w.pos, T, 1);
   if (c.has_qsa()) qsa_start_window(w, keep);
   const backend::Ids token_ids = keep.ids(tokens, T, 1);
-  WindowLogits out(backend_, extras.greedy, nullptr, extras.top_k);
-  out.prepare(keep, mode == LogitsMode::All ? T : 1);
+  WindowLogits out(backend_, keep, mode == LogitsMode::All ? T : 1, extras.greedy, nullptr, extras.top_k);
   // qwen4exp: the residual is hc_count streams, each starting as the embedding
   // (hidden_states.repeat(1, 1, hc_count)).
   const bool hc = c.arch == Arch::Qwen4Exp;
@@ -194,8 +193,7 @@ std::vector<std::vector<float>> Model::forward_batch(std::span<const SequenceRow
   chosen.reserve(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
     wanted.push_back(sequences[i].mode == LogitsMode::All ? parts[i].rows : 1);
-    chosen.emplace_back(backend_, sequences[i].greedy, nullptr, sequences[i].top);
-    chosen.back().prepare(keep, wanted.back());
+    chosen.emplace_back(backend_, keep, wanted.back(), sequences[i].greedy, nullptr, sequences[i].top);
   }
   const bool hc = c.arch == Arch::Qwen4Exp;
   Tensor x = keep(T, hc ? c.hc_dim() : c.n_embd);

@@ -64,8 +64,7 @@ std::vector<float> Model::mtp_forward(std::span<const int32_t> tokens, std::span
   Tensor e = keep(T, n), h = keep(T, hcols), x = keep(T, hc ? c.hc_dim() : n);
   backend_.get_rows(weights_.token_embd, keep.ids(tokens, T, 1), e);
   backend_.upload(hidden.data(), h);
-  WindowLogits result(backend_, greedy, probs);
-  result.prepare(keep, mode == LogitsMode::All ? T : 1);
+  WindowLogits result(backend_, keep, mode == LogitsMode::All ? T : 1, greedy, probs);
   if (hc) {
     qwen4exp_mtp_input(w, L, e, h, x);
   } else {

@@ -39,46 +39,39 @@ bool host_steps(bool routed, const experts::ExpertSource& source) {
   return routed || source.all_resident(0).empty() || source.wants_read_ahead();
 }
 
-WindowLogits::WindowLogits(backend::Backend& be, std::vector<int32_t>* greedy, std::vector<float>* probs,
-                           TopLogits* top)
-    : be_(be), greedy_(greedy), probs_(probs), top_(top) {
+WindowLogits::WindowLogits(backend::Backend& be, Scratch& keep, int64_t rows, std::vector<int32_t>* greedy,
+                           std::vector<float>* probs, TopLogits* top)
+    : be_(be), greedy_(greedy), probs_(probs), top_(top), rows_(rows) {
   if (greedy && top) fail("forward: a window gives back greedy choices or top-k candidates, not both");
   if (probs && !greedy) fail("forward: probabilities come only with greedy choices");
-  if (top && top->draw_temperature != 0.0f) {
+  if (greedy) {
+    index_ = keep.ids(rows, 1);
+    if (probs) values_ = keep(rows, 1);
+  } else if (top && top->draw_temperature != 0.0f) {
     if (!(top->draw_temperature > 0.0f && std::isfinite(top->draw_temperature)))
       fail("forward: a draw needs a temperature > 0, got ", top->draw_temperature);
     if (top->k != 0 || top->sum_temperature != 0.0f)
       fail("forward: a window draws the rows' tokens or gives back top-k candidates, not both");
-    return;
-  }
-  if (top && (top->k < 1 || top->k > backend::Backend::kMaxTopK))
-    fail("forward: top-k candidates per row must be 1..", backend::Backend::kMaxTopK, ", got ", top->k);
-  if (top && !(top->sum_temperature >= 0.0f && std::isfinite(top->sum_temperature)))
-    fail("forward: the rows' softmax sums need a temperature > 0, got ", top->sum_temperature);
-}
-
-void WindowLogits::prepare(Scratch& keep, int64_t rows) {
-  rows_ = rows;
-  if (greedy_) {
-    index_ = keep.ids(rows, 1);
-    if (probs_) values_ = keep(rows, 1);
-  } else if (top_ && top_->draw_temperature > 0.0f) {
-    if (int64_t(top_->uniforms.size()) != rows)
-      fail("forward: a draw needs one uniform number per logits row, got ", top_->uniforms.size(), " for ",
+    if (int64_t(top->uniforms.size()) != rows)
+      fail("forward: a draw needs one uniform number per logits row, got ", top->uniforms.size(), " for ",
            rows, " rows");
     index_ = keep.ids(rows, 1);
     uniforms_ = keep(rows, 1);
-    be_.upload(top_->uniforms.data(), uniforms_);
-  } else if (top_) {
-    index_ = keep.ids(rows, top_->k);
-    values_ = keep(rows, top_->k);
-    if (top_->sum_temperature > 0.0f) sums_ = keep(rows, 1);
+    be_.upload(top->uniforms.data(), uniforms_);
+  } else if (top) {
+    if (top->k < 1 || top->k > backend::Backend::kMaxTopK)
+      fail("forward: top-k candidates per row must be 1..", backend::Backend::kMaxTopK, ", got ", top->k);
+    if (!(top->sum_temperature >= 0.0f && std::isfinite(top->sum_temperature)))
+      fail("forward: the rows' softmax sums need a temperature > 0, got ", top->sum_temperature);
+    index_ = keep.ids(rows, top->k);
+    values_ = keep(rows, top->k);
+    if (top->sum_temperature > 0.0f) sums_ = keep(rows, 1);
   }
 }
 
 void WindowLogits::choose(const backend::Tensor& logits) {
   if (logits.rows != rows_)
-    fail("internal error: the window's choice was prepared for ", rows_, " logits rows, not ", logits.rows);
+    fail("internal error: the window's choice was made for ", rows_, " logits rows, not ", logits.rows);
   if (greedy_) {
     be_.argmax(logits, index_, values_);
   } else if (top_ && top_->draw_temperature > 0.0f) {

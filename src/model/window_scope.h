@@ -90,14 +90,13 @@ class BackendWindow {
 // (and, when asked, its probability) or k candidates per row are read back.
 class WindowLogits {
  public:
-  // At most one of greedy and top; probs only with greedy. Throws strata::Error otherwise.
-  WindowLogits(backend::Backend& be, std::vector<int32_t>* greedy, std::vector<float>* probs = nullptr,
-               TopLogits* top = nullptr);
   // Before the window's first layer, for `rows` logits rows: the choice's outputs allocated in
   // `keep` (which outlives the window's end) and a draw's uniforms uploaded, so that a replayed
-  // window has every input before its walk reaches the layers.
-  void prepare(Scratch& keep, int64_t rows);
-  // Inside the window, after the LM head: logits has the prepared rows.
+  // window has every input before its walk reaches the layers. At most one of greedy and top;
+  // probs only with greedy. Throws strata::Error otherwise.
+  WindowLogits(backend::Backend& be, Scratch& keep, int64_t rows, std::vector<int32_t>* greedy,
+               std::vector<float>* probs = nullptr, TopLogits* top = nullptr);
+  // Inside the window, after the LM head: logits has the rows given at construction.
   void choose(const backend::Tensor& logits);
   // After the window: the logits rows, or none when the window chose (*greedy or *top holds it).
   std::vector<float> read(const backend::Tensor& logits);
@@ -107,7 +106,7 @@ class WindowLogits {
   std::vector<int32_t>* greedy_;
   std::vector<float>* probs_;
   TopLogits* top_;
-  int64_t rows_ = -1;  // prepared for
+  int64_t rows_;
   backend::Ids index_;
   backend::Tensor values_;  // greedy: the probabilities; top-k: the candidates' logits
   backend::Tensor sums_;    // top-k with sums: the rows' softmax sums
