@@ -5,7 +5,9 @@
 # (lib/libstrata_kernel_timeline.so), which writes every kernel's start and end; then, over the
 # replays of the decode window's graph (the first two left out), per replay: the wall time from
 # the first kernel's start to the last one's end, the time no kernel ran, the gap to the next
-# replay (and the kernels launched outside the graph in it), and each kernel's share of the wall:
+# replay (the kernels launched outside the graph in it, and the host's runtime calls and the
+# copies in it: when the host learned the replay had ended, when it launched the next), and each
+# kernel's share of the wall:
 # the time from the previous kernel's end (in end order) to its own, which charges dependent
 # launches' early starts and the side stream's overlap to whoever finishes last. Writes
 # timeline.tsv and timeline.txt to $OUT (default BUNDLE/out).
@@ -38,8 +40,15 @@ import collections, statistics, sys
 
 launches = collections.defaultdict(list)  # (graph, correlation) -> kernels
 eager = []  # kernels launched outside graphs: (start, end, name)
+api, copies = [], []  # host runtime calls (start, end, name); copies and memsets (start, end, what)
 for line in open(sys.argv[1]):
     f = line.rstrip("\n").split("\t")
+    if f[0] == "api" and len(f) >= 6:
+        api.append((int(f[1]), int(f[2]), f[5]))
+        continue
+    if f[0] in ("copy", "memset") and len(f) >= 6:
+        copies.append((int(f[1]), int(f[2]), f[0] + (" " + f[6] if len(f) > 6 else "") + (" graph" if f[4] != "0" else "")))
+        continue
     if len(f) < 8:
         continue
     if f[3] == "0":
@@ -84,6 +93,38 @@ if gaps:
     print(f"between replays: median {statistics.median(gaps) / 1e3:.1f} us (min {min(gaps) / 1e3:.1f}, "
           f"max {max(gaps) / 1e3:.1f}); kernels outside the graph a gap: "
           + (", ".join(f"{name} {c / len(gaps):.1f}" for name, c in between.most_common(6)) or "none"))
+# What the host did in each gap, in us after the replay's last kernel: when its waiting call
+# returned, when it called the next window's graph launch (and when that call returned), when the
+# graph's first copy or memset started; and the time of each runtime call inside the gap.
+def after(t, a):
+    return (t - a) / 1e3
+if gaps and api:
+    marks = collections.defaultdict(list)
+    in_gap = collections.defaultdict(float)
+    for a, b in zip(bounds, bounds[1:]):
+        waits = [e for s, e, name in api if s < a[1] <= e]
+        if waits:
+            marks["host back (wait returns)"].append(after(min(waits), a[1]))
+        launch = [(s, e) for s, e, name in api if name.startswith("cudaGraphLaunch") and a[1] - 2e6 < s < b[0]]
+        if launch:
+            marks["next graph launch called"].append(after(launch[-1][0], a[1]))
+            marks["next graph launch returns"].append(after(launch[-1][1], a[1]))
+        moves = [s for s, e, what in copies if a[1] <= s < b[0]]
+        if moves:
+            marks["first copy/memset starts"].append(after(min(moves), a[1]))
+        marks["first kernel starts"].append(after(b[0], a[1]))
+        for s, e, name in api:
+            overlap = min(e, b[0]) - max(s, a[1])
+            if overlap > 0:
+                in_gap[name] += overlap
+        for s, e, what in copies:
+            overlap = min(e, b[0]) - max(s, a[1])
+            if overlap > 0:
+                in_gap["(device) " + what] += overlap
+    for name, values in marks.items():
+        print(f"  gap: {name:30s} median {statistics.median(values):8.1f} us ({len(values)} gaps)")
+    for name, t in sorted(in_gap.items(), key=lambda x: -x[1])[:10]:
+        print(f"  gap: {t / len(gaps) / 1e3:8.1f} us a gap in {name}")
 print(f"{'share us':>9} {'calls':>6} {'share/call':>10} {'dur/call':>9}  kernel")
 for name, t in sorted(shares.items(), key=lambda x: -x[1])[:40]:
     c = counts[name] / n

@@ -4,10 +4,17 @@
 //
 //   start_ns  end_ns  stream  graph_id  correlation_id  grid  block  name
 //
-// (The kernels of one graph launch share its correlation id.)
+// (The kernels of one graph launch share its correlation id.) Between the kernels, what the host
+// and the copy engines did, one line each, tagged:
+//
+//   api     start_ns  end_ns  thread  correlation_id  name      (CUDA runtime calls)
+//   copy    start_ns  end_ns  stream  graph_id  bytes  kind     (HtoD, DtoH, DtoD, ...)
+//   memset  start_ns  end_ns  stream  graph_id  bytes
+//
 // Nsight Compute times each kernel alone, after flushing the caches; what a replayed decode window
 // costs is each kernel's share of the critical path in place, with dependent launches overlapping
-// one kernel's start with the previous one's end. scripts/gpu_timeline.sh reads these lines.
+// one kernel's start with the previous one's end, and the host's time between two windows.
+// scripts/gpu_timeline.sh reads these lines.
 #include <cupti.h>
 
 #include <cxxabi.h>
@@ -57,6 +64,16 @@ std::string short_name(const char* mangled) {
   return name.substr(start, end - start);
 }
 
+const char* copy_kind(uint8_t kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "HtoH";
+    default: return "other";
+  }
+}
+
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
   *size = *buffer ? kBufferBytes : 0;
@@ -66,16 +83,42 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   CUpti_Activity* record = nullptr;
   const std::lock_guard lock(out_mutex);
-  while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
-    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
-    const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-    if (out)
-      std::fprintf(out, "%llu\t%llu\t%u\t%u\t%u\t%dx%dx%d\t%dx%dx%d\t%s\n",
-                   static_cast<unsigned long long>(k->start),
-                   static_cast<unsigned long long>(k->end), k->streamId, k->graphId,
-                   k->correlationId, k->gridX,
-                   k->gridY, k->gridZ, k->blockX, k->blockY, k->blockZ,
-                   short_name(k->name).c_str());
+  while (out && cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    switch (record->kind) {
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+        std::fprintf(out, "%llu\t%llu\t%u\t%u\t%u\t%dx%dx%d\t%dx%dx%d\t%s\n",
+                     static_cast<unsigned long long>(k->start), static_cast<unsigned long long>(k->end),
+                     k->streamId, k->graphId, k->correlationId, k->gridX, k->gridY, k->gridZ, k->blockX,
+                     k->blockY, k->blockZ, short_name(k->name).c_str());
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_RUNTIME: {
+        const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+        const char* name = nullptr;
+        if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name) != CUPTI_SUCCESS) name = nullptr;
+        std::fprintf(out, "api\t%llu\t%llu\t%u\t%u\t%s\n", static_cast<unsigned long long>(a->start),
+                     static_cast<unsigned long long>(a->end), a->threadId, a->correlationId,
+                     name ? name : "?");
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const auto* c = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+        std::fprintf(out, "copy\t%llu\t%llu\t%u\t%u\t%llu\t%s\n", static_cast<unsigned long long>(c->start),
+                     static_cast<unsigned long long>(c->end), c->streamId, c->graphId,
+                     static_cast<unsigned long long>(c->bytes), copy_kind(c->copyKind));
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+        std::fprintf(out, "memset\t%llu\t%llu\t%u\t%u\t%llu\n", static_cast<unsigned long long>(m->start),
+                     static_cast<unsigned long long>(m->end), m->streamId, m->graphId,
+                     static_cast<unsigned long long>(m->bytes));
+        break;
+      }
+      default:
+        break;
+    }
   }
   std::free(buffer);
 }
@@ -96,7 +139,9 @@ extern "C" int InitializeInjection() {
     std::fprintf(stderr, "kernel_timeline: cannot write %s\n", path ? path : "kernel_timeline.tsv");
     return 0;
   }
-  check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable");
+  for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_RUNTIME,
+                                  CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET})
+    check(cuptiActivityEnable(kind), "cuptiActivityEnable");
   check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
         "cuptiActivityRegisterCallbacks");
   check(cuptiActivityFlushPeriod(200), "cuptiActivityFlushPeriod");
