@@ -50,6 +50,9 @@ struct BenchOptions {
   SpecFlags spec;
   std::string continue_from;  // forced-continuation mode: the text whose tokens are the output
   int64_t parallel = 1;       // sequences sharing each decode window
+  // How a decode window ends: "device" chooses each sequence's greedy token on the device and
+  // reads back its id (as generation does at temperature 0), "logits" reads the rows back.
+  std::string choose = "device";
   decode::SamplingParams sampling;  // forced continuation: how the target chooses (its choice is then replaced)
 };
 
@@ -341,8 +344,12 @@ void run_parallel(const BenchOptions& o) {
   const util::RunSample run_prefill = util::sample_run();
   t0 = Clock::now();
   std::vector<model::Model::SequenceRows> rows(tokens.size());
+  std::vector<std::vector<int32_t>> chosen(tokens.size());
   for (int64_t i = o.prompt_tokens; i < ctx; ++i) {
-    for (size_t s = 0; s < tokens.size(); ++s) rows[s] = {std::span(tokens[s]).subspan(size_t(i), 1), &states[s]};
+    for (size_t s = 0; s < tokens.size(); ++s)
+      rows[s] = {.tokens = std::span(tokens[s]).subspan(size_t(i), 1),
+                 .state = &states[s],
+                 .greedy = o.choose == "device" ? &chosen[s] : nullptr};
     m.forward_batch(rows);
   }
   const double decode_s = seconds_since(t0);
@@ -364,6 +371,7 @@ void run_parallel(const BenchOptions& o) {
   j["prefill"]["accounting"] = accounting_json(o.prompt_tokens * o.parallel, prefill_s, run_prefill.since(run_start),
                                                prefill_cache ? prefill_cache->stall_seconds : 0.0);
   j["decode"] = phase_json(o.gen_tokens * o.parallel, decode_s, decode_cache, slot_bytes);
+  j["decode"]["choose"] = o.choose;
   j["decode"]["accounting"] = accounting_json(o.gen_tokens * o.parallel, decode_s, run_decode.since(run_prefill),
                                               decode_cache ? decode_cache->stall_seconds : 0.0);
   if (std::string_view(m.backend().name()) != "cpu") {  // per token of all sequences together
@@ -428,8 +436,10 @@ void run_bench(const BenchOptions& o) {
   const model::PleCounters ple_prefill = m.ple_counters();
   const util::RunSample run_prefill = util::sample_run();
   t0 = Clock::now();
+  std::vector<int32_t> chosen;
+  const model::ForwardExtras extras{.greedy = o.choose == "device" ? &chosen : nullptr};
   for (int64_t i = o.prompt_tokens; i < ctx; ++i)
-    m.forward(std::span(tokens).subspan(size_t(i), 1), state, model::LogitsMode::Last);
+    m.forward(std::span(tokens).subspan(size_t(i), 1), state, model::LogitsMode::Last, extras);
   const double decode_s = seconds_since(t0);
   const auto after_decode = m.expert_stats();
   const backend::BackendCounters counters_decode = m.backend().counters();
@@ -450,6 +460,7 @@ void run_bench(const BenchOptions& o) {
   j["prefill"]["accounting"] = accounting_json(o.prompt_tokens, prefill_s, run_prefill.since(run_start),
                                                prefill_cache ? prefill_cache->stall_seconds : 0.0);
   j["decode"] = phase_json(o.gen_tokens, decode_s, decode_cache, slot_bytes);
+  j["decode"]["choose"] = o.choose;
   j["decode"]["accounting"] = accounting_json(o.gen_tokens, decode_s, run_decode.since(run_prefill),
                                               decode_cache ? decode_cache->stall_seconds : 0.0);
   if (m.config().has_ple()) {  // what its n-gram row reads cost
@@ -502,6 +513,11 @@ void add_bench_command(CLI::App& app) {
   add_sampling_flags(cmd, o->sampling);
   cmd->add_option("--parallel", o->parallel,
                   "Sequences sharing each decode window (continuous batching); decode speed is their sum")
+      ->capture_default_str();
+  cmd->add_option("--choose", o->choose,
+                  "How each decode window ends: device (the greedy token chosen on the device, its id "
+                  "read back, as generation at temperature 0) or logits (every logits row read back)")
+      ->check(CLI::IsMember({"device", "logits"}))
       ->capture_default_str();
   cmd->callback([o] { run_bench(*o); });
 }
