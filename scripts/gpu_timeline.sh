@@ -34,7 +34,7 @@ fi
 CUDA_INJECTION64_PATH=$injection STRATA_TIMELINE_OUT="$out/timeline.tsv" "$strata" bench -m "$model" \
   --device cuda --prompt-tokens 16 --batch 16 --gen-tokens "${GEN:-24}" ${BENCH_ARGS:-} \
   >"$out/bench.json" 2>"$out/bench.log"
-echo "bench rc $?, $(wc -l <"$out/timeline.tsv") kernels recorded"
+echo "bench rc $?, $(grep -cv -E "^(api|copy|memset)\s" "$out/timeline.tsv") kernels recorded"
 python3 - "$out/timeline.tsv" <<'PY' | tee "$out/timeline.txt"
 import collections, statistics, sys
 
