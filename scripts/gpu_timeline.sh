@@ -13,7 +13,8 @@
 # timeline.tsv and timeline.txt to $OUT (default BUNDLE/out).
 #
 #   BUNDLE/gpu_timeline.sh   MODEL (default /tmp/strata-models/next80b.gguf, synthesized if absent),
-#                            BENCH_ARGS (added to the bench, e.g. '--parallel 8'), GEN (tokens, 24)
+#                            BENCH_ARGS (added to the bench, e.g. '--parallel 8'), GEN (tokens, 24),
+#                            PROMPT (prompt tokens before them, one window: 16)
 set -uo pipefail
 
 bundle=$(cd "$(dirname "$0")" && pwd)
@@ -32,7 +33,7 @@ if [[ ! -f $model ]]; then
 fi
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
 CUDA_INJECTION64_PATH=$injection STRATA_TIMELINE_OUT="$out/timeline.tsv" "$strata" bench -m "$model" \
-  --device cuda --prompt-tokens 16 --batch 16 --gen-tokens "${GEN:-24}" ${BENCH_ARGS:-} \
+  --device cuda --prompt-tokens "${PROMPT:-16}" --batch "${PROMPT:-16}" --gen-tokens "${GEN:-24}" ${BENCH_ARGS:-} \
   >"$out/bench.json" 2>"$out/bench.log"
 echo "bench rc $?, $(grep -cv -E "^(api|copy|memset)\s" "$out/timeline.tsv") kernels recorded"
 python3 - "$out/timeline.tsv" <<'PY' | tee "$out/timeline.txt"
