@@ -1,6 +1,7 @@
 // `strata bench` through the built binary on a tiny synthetic model: its JSON reports the CPU
 // threads the backend really runs (not 0 when --threads is left out) and the SIMD level the
-// kernels were chosen at, a bad STRATA_ISA is a clear error, and --continue-from runs.
+// kernels were chosen at, a bad STRATA_ISA is a clear error, --continue-from runs, and decode
+// windows choose on the backend or read their logits back (--choose).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -197,6 +198,29 @@ TEST_F(BenchCommand, EachPhaseCountsItsOwnExpertLookups) {
   EXPECT_EQ(lookups(alone["decode"]), 0u);
   // Each one-token window looks up its distinct routed experts: as many as a prompt token's.
   EXPECT_EQ(lookups(with_decode["decode"]) * 3, lookups(alone["prefill"]) * 4);
+}
+
+// Decode windows choose their greedy token on the backend by default, as generation does;
+// --choose logits reads the rows back instead. Either way the same windows route to the same
+// experts, one sequence or several; another value is an error naming the flag.
+TEST_F(BenchCommand, DecodeWindowsChooseOnTheBackendOrReadTheirLogits) {
+  const std::string common = "--batch 1 --expert-budget 1M --read-ahead off --prompt-tokens 3 --gen-tokens 4 ";
+  for (const std::string parallel : {"", "--parallel 2 "}) {
+    SCOPED_TRACE(parallel);
+    const Output device = run("packed.gguf", common + parallel);
+    const Output logits = run("packed.gguf", common + parallel + "--choose logits");
+    ASSERT_EQ(device.rc, 0) << device.err;
+    ASSERT_EQ(logits.rc, 0) << logits.err;
+    const auto d = nlohmann::json::parse(device.out), l = nlohmann::json::parse(logits.out);
+    EXPECT_EQ(d.at("decode").at("choose"), "device");
+    EXPECT_EQ(l.at("decode").at("choose"), "logits");
+    EXPECT_EQ(d.at("decode").at("tokens"), l.at("decode").at("tokens"));
+    ASSERT_GT(lookups(d["decode"]), 0u);
+    EXPECT_EQ(lookups(d["decode"]), lookups(l["decode"]));
+  }
+  const Output bad = bench("--choose argmax");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find("--choose"), std::string::npos) << bad.err;
 }
 
 // The PLE row reads per phase (docs/PERFORMANCE.md, "PLE rows issued early"), with the early
