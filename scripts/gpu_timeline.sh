@@ -96,7 +96,8 @@ if gaps:
           + (", ".join(f"{name} {c / len(gaps):.1f}" for name, c in between.most_common(6)) or "none"))
 # What the host did in each gap, in us after the replay's last kernel: when its waiting call
 # returned, when it called the next window's graph launch (and when that call returned), when the
-# graph's first copy or memset started; and the time of each runtime call inside the gap.
+# gap's first copy or memset started (the read-back of the window's choice or logits); and the
+# time of each runtime call and copy inside the gap.
 def after(t, a):
     return (t - a) / 1e3
 if gaps and api:

@@ -96,10 +96,9 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       case CUPTI_ACTIVITY_KIND_RUNTIME: {
         const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
         const char* name = nullptr;
-        if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name) != CUPTI_SUCCESS) name = nullptr;
+        if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name) != CUPTI_SUCCESS || !name) name = "?";
         std::fprintf(out, "api\t%llu\t%llu\t%u\t%u\t%s\n", static_cast<unsigned long long>(a->start),
-                     static_cast<unsigned long long>(a->end), a->threadId, a->correlationId,
-                     name ? name : "?");
+                     static_cast<unsigned long long>(a->end), a->threadId, a->correlationId, name);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
