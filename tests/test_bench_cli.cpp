@@ -1,7 +1,7 @@
 // `strata bench` through the built binary on a tiny synthetic model: its JSON reports the CPU
 // threads the backend really runs (not 0 when --threads is left out) and the SIMD level the
 // kernels were chosen at, a bad STRATA_ISA is a clear error, --continue-from runs, and decode
-// windows choose on the backend or read their logits back (--choose).
+// windows choose on the backend or read their logits back (--choose) after untimed warm-up windows.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -221,6 +221,36 @@ TEST_F(BenchCommand, DecodeWindowsChooseOnTheBackendOrReadTheirLogits) {
   const Output bad = bench("--choose argmax");
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.err.find("--choose"), std::string::npos) << bad.err;
+}
+
+// Decode windows before the timed ones (--warmup, default 2) are reported apart and their expert
+// lookups are not the decode phase's: with or without them the timed one-row windows look up as
+// many; none run without decode tokens; a count out of range names the flag.
+TEST_F(BenchCommand, WarmUpWindowsAreNotTimed) {
+  const std::string common = "--batch 1 --expert-budget 1M --read-ahead off --prompt-tokens 3 ";
+  for (const std::string parallel : {"", "--parallel 2 "}) {
+    SCOPED_TRACE(parallel);
+    const Output warm = run("packed.gguf", common + parallel + "--gen-tokens 3");
+    const Output cold = run("packed.gguf", common + parallel + "--gen-tokens 3 --warmup 0");
+    const Output none = run("packed.gguf", common + parallel + "--gen-tokens 0");
+    ASSERT_EQ(warm.rc, 0) << warm.err;
+    ASSERT_EQ(cold.rc, 0) << cold.err;
+    ASSERT_EQ(none.rc, 0) << none.err;
+    const auto w = nlohmann::json::parse(warm.out), c = nlohmann::json::parse(cold.out),
+               n = nlohmann::json::parse(none.out);
+    EXPECT_EQ(w.at("decode").at("warmup").at("windows"), 2);
+    EXPECT_GT(w.at("decode").at("warmup").at("seconds").get<double>(), 0.0);
+    EXPECT_EQ(c.at("decode").at("warmup").at("windows"), 0);
+    EXPECT_EQ(n.at("decode").at("warmup").at("windows"), 0);
+    EXPECT_EQ(lookups(w["prefill"]), lookups(c["prefill"]));
+    ASSERT_GT(lookups(w["decode"]), 0u);
+    // A one-row window looks up as many experts whatever its token (two sequences' windows look
+    // up the union of theirs, which depends on the tokens, and the warm-up shifts them).
+    if (parallel.empty()) EXPECT_EQ(lookups(w["decode"]), lookups(c["decode"]));
+  }
+  const Output bad = bench("--warmup -1");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find("--warmup"), std::string::npos) << bad.err;
 }
 
 // The PLE row reads per phase (docs/PERFORMANCE.md, "PLE rows issued early"), with the early

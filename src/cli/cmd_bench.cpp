@@ -53,6 +53,10 @@ struct BenchOptions {
   // How a decode window ends: "device" chooses each sequence's greedy token on the device and
   // reads back its id (as generation does at temperature 0), "logits" reads the rows back.
   std::string choose = "device";
+  // Decode windows run after the prefill and before the timed ones (none without decode tokens):
+  // on the GPU the first windows of a shape run op by op and record its graph, a one-time cost
+  // that llama-bench's warm-up run leaves out of its figures too.
+  int64_t warmup = 2;
   decode::SamplingParams sampling;  // forced continuation: how the target chooses (its choice is then replaced)
 };
 
@@ -308,9 +312,10 @@ void run_continue(const BenchOptions& o) {
 // other), then --gen-tokens decode windows of N rows each (Model::forward_batch), as a server
 // with --parallel N decodes N streams. Reports the aggregate decode speed.
 void run_parallel(const BenchOptions& o) {
-  const int64_t ctx = o.prompt_tokens + o.gen_tokens;
+  const int64_t warmup = o.gen_tokens > 0 ? o.warmup : 0, first_timed = o.prompt_tokens + warmup;
+  const int64_t ctx = first_timed + o.gen_tokens;
   decode::LoadedModel lm({.path = o.model, .device = o.device, .threads = o.threads, .ctx = ctx,
-                          .ctx_source = "--prompt-tokens + --gen-tokens", .experts = source_options(o.experts)});
+                          .ctx_source = "--prompt-tokens + --warmup + --gen-tokens", .experts = source_options(o.experts)});
   model::Model& m = lm.model();
   RouteFlags route = o.route;
   route.no_history = true;
@@ -342,16 +347,24 @@ void run_parallel(const BenchOptions& o) {
   const backend::BackendCounters counters_prefill = m.backend().counters();
   const model::PleCounters ple_prefill = m.ple_counters();
   const util::RunSample run_prefill = util::sample_run();
-  t0 = Clock::now();
   std::vector<model::Model::SequenceRows> rows(tokens.size());
   std::vector<std::vector<int32_t>> chosen(tokens.size());
-  for (int64_t i = o.prompt_tokens; i < ctx; ++i) {
+  const auto decode = [&](int64_t i) {
     for (size_t s = 0; s < tokens.size(); ++s)
       rows[s] = {.tokens = std::span(tokens[s]).subspan(size_t(i), 1),
                  .state = &states[s],
                  .greedy = o.choose == "device" ? &chosen[s] : nullptr};
     m.forward_batch(rows);
-  }
+  };
+  t0 = Clock::now();
+  for (int64_t i = o.prompt_tokens; i < first_timed; ++i) decode(i);
+  const double warmup_s = seconds_since(t0);
+  const auto before_decode = m.expert_stats();
+  const backend::BackendCounters counters_before_decode = m.backend().counters();
+  const model::PleCounters ple_before_decode = m.ple_counters();
+  const util::RunSample run_before_decode = util::sample_run();
+  t0 = Clock::now();
+  for (int64_t i = first_timed; i < ctx; ++i) decode(i);
   const double decode_s = seconds_since(t0);
   const auto after_decode = m.expert_stats();
   const backend::BackendCounters counters_decode = m.backend().counters();
@@ -366,21 +379,22 @@ void run_parallel(const BenchOptions& o) {
   j["parallel"] = o.parallel;
   j["seed"] = o.seed;
   // The prefill phase ends where the decode phase starts (not at the end of the run).
-  const auto prefill_cache = between(start, after_prefill), decode_cache = between(after_prefill, after_decode);
+  const auto prefill_cache = between(start, after_prefill), decode_cache = between(before_decode, after_decode);
   j["prefill"] = phase_json(o.prompt_tokens * o.parallel, prefill_s, prefill_cache, slot_bytes);
   j["prefill"]["accounting"] = accounting_json(o.prompt_tokens * o.parallel, prefill_s, run_prefill.since(run_start),
                                                prefill_cache ? prefill_cache->stall_seconds : 0.0);
   j["decode"] = phase_json(o.gen_tokens * o.parallel, decode_s, decode_cache, slot_bytes);
   j["decode"]["choose"] = o.choose;
-  j["decode"]["accounting"] = accounting_json(o.gen_tokens * o.parallel, decode_s, run_decode.since(run_prefill),
+  j["decode"]["warmup"] = {{"windows", warmup}, {"seconds", warmup_s}};
+  j["decode"]["accounting"] = accounting_json(o.gen_tokens * o.parallel, decode_s, run_decode.since(run_before_decode),
                                               decode_cache ? decode_cache->stall_seconds : 0.0);
   if (std::string_view(m.backend().name()) != "cpu") {  // per token of all sequences together
     j["prefill"]["backend"] = backend_json(o.prompt_tokens * o.parallel, counters_start, counters_prefill);
-    j["decode"]["backend"] = backend_json(o.gen_tokens * o.parallel, counters_prefill, counters_decode);
+    j["decode"]["backend"] = backend_json(o.gen_tokens * o.parallel, counters_before_decode, counters_decode);
   }
   if (m.config().has_ple()) {  // what its n-gram row reads cost
     j["prefill"]["ple"] = ple_json(o.ple, o.prompt_tokens * o.parallel, ple_start, ple_prefill);
-    j["decode"]["ple"] = ple_json(o.ple, o.gen_tokens * o.parallel, ple_prefill, m.ple_counters());
+    j["decode"]["ple"] = ple_json(o.ple, o.gen_tokens * o.parallel, ple_before_decode, m.ple_counters());
   }
   j["decode"]["windows"] = o.gen_tokens;
   j["decode"]["tok_per_s_per_sequence"] = decode_s > 0 ? double(o.gen_tokens) / decode_s : 0.0;
@@ -400,9 +414,10 @@ void run_bench(const BenchOptions& o) {
   if (!(o.sampling == decode::SamplingParams{}))
     fail("--temp, --top-k, --top-p, --min-p and the penalties need --continue-from (without it no window samples)");
   if (o.parallel > 1) return run_parallel(o);
-  const int64_t ctx = o.prompt_tokens + o.gen_tokens;
+  const int64_t warmup = o.gen_tokens > 0 ? o.warmup : 0, first_timed = o.prompt_tokens + warmup;
+  const int64_t ctx = first_timed + o.gen_tokens;
   decode::LoadedModel lm({.path = o.model, .device = o.device, .threads = o.threads, .ctx = ctx,
-                          .ctx_source = "--prompt-tokens + --gen-tokens", .experts = source_options(o.experts)});
+                          .ctx_source = "--prompt-tokens + --warmup + --gen-tokens", .experts = source_options(o.experts)});
   model::Model& m = lm.model();
   RouteFlags route = o.route;
   route.no_history = true;  // a benchmark must not depend on, nor change, earlier runs
@@ -435,11 +450,20 @@ void run_bench(const BenchOptions& o) {
   const backend::BackendCounters counters_prefill = m.backend().counters();
   const model::PleCounters ple_prefill = m.ple_counters();
   const util::RunSample run_prefill = util::sample_run();
-  t0 = Clock::now();
   std::vector<int32_t> chosen;
   const model::ForwardExtras extras{.greedy = o.choose == "device" ? &chosen : nullptr};
-  for (int64_t i = o.prompt_tokens; i < ctx; ++i)
+  const auto decode = [&](int64_t i) {
     m.forward(std::span(tokens).subspan(size_t(i), 1), state, model::LogitsMode::Last, extras);
+  };
+  t0 = Clock::now();
+  for (int64_t i = o.prompt_tokens; i < first_timed; ++i) decode(i);
+  const double warmup_s = seconds_since(t0);
+  const auto before_decode = m.expert_stats();
+  const backend::BackendCounters counters_before_decode = m.backend().counters();
+  const model::PleCounters ple_before_decode = m.ple_counters();
+  const util::RunSample run_before_decode = util::sample_run();
+  t0 = Clock::now();
+  for (int64_t i = first_timed; i < ctx; ++i) decode(i);
   const double decode_s = seconds_since(t0);
   const auto after_decode = m.expert_stats();
   const backend::BackendCounters counters_decode = m.backend().counters();
@@ -455,21 +479,22 @@ void run_bench(const BenchOptions& o) {
   j["route_trace"] = o.route.trace;
   j["seed"] = o.seed;
   // The prefill phase ends where the decode phase starts (not at the end of the run).
-  const auto prefill_cache = between(start, after_prefill), decode_cache = between(after_prefill, after_decode);
+  const auto prefill_cache = between(start, after_prefill), decode_cache = between(before_decode, after_decode);
   j["prefill"] = phase_json(o.prompt_tokens, prefill_s, prefill_cache, slot_bytes);
   j["prefill"]["accounting"] = accounting_json(o.prompt_tokens, prefill_s, run_prefill.since(run_start),
                                                prefill_cache ? prefill_cache->stall_seconds : 0.0);
   j["decode"] = phase_json(o.gen_tokens, decode_s, decode_cache, slot_bytes);
   j["decode"]["choose"] = o.choose;
-  j["decode"]["accounting"] = accounting_json(o.gen_tokens, decode_s, run_decode.since(run_prefill),
+  j["decode"]["warmup"] = {{"windows", warmup}, {"seconds", warmup_s}};
+  j["decode"]["accounting"] = accounting_json(o.gen_tokens, decode_s, run_decode.since(run_before_decode),
                                               decode_cache ? decode_cache->stall_seconds : 0.0);
   if (m.config().has_ple()) {  // what its n-gram row reads cost
     j["prefill"]["ple"] = ple_json(o.ple, o.prompt_tokens, ple_start, ple_prefill);
-    j["decode"]["ple"] = ple_json(o.ple, o.gen_tokens, ple_prefill, m.ple_counters());
+    j["decode"]["ple"] = ple_json(o.ple, o.gen_tokens, ple_before_decode, m.ple_counters());
   }
   if (std::string_view(m.backend().name()) != "cpu") {  // the CPU backend runs no graphs
     j["prefill"]["backend"] = backend_json(o.prompt_tokens, counters_start, counters_prefill);
-    j["decode"]["backend"] = backend_json(o.gen_tokens, counters_prefill, counters_decode);
+    j["decode"]["backend"] = backend_json(o.gen_tokens, counters_before_decode, counters_decode);
   }
   if (streaming) {
     // Over the whole run: a phase's read_ahead_value counts the hits it got from reads of earlier
@@ -518,6 +543,11 @@ void add_bench_command(CLI::App& app) {
                   "How each decode window ends: device (the greedy token chosen on the device, its id "
                   "read back, as generation at temperature 0) or logits (every logits row read back)")
       ->check(CLI::IsMember({"device", "logits"}))
+      ->capture_default_str();
+  cmd->add_option("--warmup", o->warmup,
+                  "Decode windows run before the timed ones and not counted (on the GPU the first ones "
+                  "record the decode window's graph; none without --gen-tokens)")
+      ->check(CLI::Range(int64_t(0), int64_t(64)))
       ->capture_default_str();
   cmd->callback([o] { run_bench(*o); });
 }
