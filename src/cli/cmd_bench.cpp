@@ -242,6 +242,69 @@ nlohmann::ordered_json spec_json(const spec::Report& r, int max_depth) {
   return j;
 }
 
+// The counters a phase's figures are differences of, read at one moment.
+struct Mark {
+  std::optional<experts::CacheStats> cache;
+  backend::BackendCounters backend;
+  model::PleCounters ple;
+  util::RunSample run;
+};
+
+Mark mark(model::Model& m) { return {m.expert_stats(), m.backend().counters(), m.ple_counters(), util::sample_run()}; }
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The decode windows: decode(i) for i in [from, first_timed) as warm-up, then timed up to `to`.
+struct DecodeRun {
+  double warmup_seconds = 0.0;
+  Mark before;
+  double seconds = 0.0;
+  Mark after;
+};
+
+template <class Decode>
+DecodeRun run_decode_windows(model::Model& m, int64_t from, int64_t first_timed, int64_t to, const Decode& decode) {
+  DecodeRun r;
+  auto t0 = Clock::now();
+  for (int64_t i = from; i < first_timed; ++i) decode(i);
+  r.warmup_seconds = seconds_since(t0);
+  r.before = mark(m);
+  t0 = Clock::now();
+  for (int64_t i = first_timed; i < to; ++i) decode(i);
+  r.seconds = seconds_since(t0);
+  r.after = mark(m);
+  return r;
+}
+
+// The report's prefill and decode objects, for `sequences` sequences each prefilled
+// o.prompt_tokens and decoded o.gen_tokens after `warmup` windows.
+void phase_reports(nlohmann::ordered_json& j, const BenchOptions& o, model::Model& m, int64_t sequences,
+                   int64_t warmup, uint64_t slot_bytes, const Mark& start, double prefill_s,
+                   const Mark& after_prefill, const DecodeRun& d) {
+  const int64_t prefilled = o.prompt_tokens * sequences, decoded = o.gen_tokens * sequences;
+  // The prefill phase ends where the decode phase starts (not at the end of the run).
+  const auto prefill_cache = between(start.cache, after_prefill.cache);
+  const auto decode_cache = between(d.before.cache, d.after.cache);
+  j["prefill"] = phase_json(prefilled, prefill_s, prefill_cache, slot_bytes);
+  j["prefill"]["accounting"] = accounting_json(prefilled, prefill_s, after_prefill.run.since(start.run),
+                                               prefill_cache ? prefill_cache->stall_seconds : 0.0);
+  j["decode"] = phase_json(decoded, d.seconds, decode_cache, slot_bytes);
+  j["decode"]["choose"] = o.choose;
+  j["decode"]["warmup"] = {{"windows", warmup}, {"seconds", d.warmup_seconds}};
+  j["decode"]["accounting"] = accounting_json(decoded, d.seconds, d.after.run.since(d.before.run),
+                                              decode_cache ? decode_cache->stall_seconds : 0.0);
+  if (m.config().has_ple()) {  // what its n-gram row reads cost
+    j["prefill"]["ple"] = ple_json(o.ple, prefilled, start.ple, after_prefill.ple);
+    j["decode"]["ple"] = ple_json(o.ple, decoded, d.before.ple, d.after.ple);
+  }
+  if (std::string_view(m.backend().name()) != "cpu") {  // the CPU backend runs no graphs
+    j["prefill"]["backend"] = backend_json(prefilled, start.backend, after_prefill.backend);
+    j["decode"]["backend"] = backend_json(decoded, d.before.backend, d.after.backend);
+  }
+}
+
 // Forced continuation (docs/SPECULATION.md, "Measuring it honestly"): the text's first
 // --prompt-tokens tokens are the prompt and its next --gen-tokens tokens replace the model's
 // choices, so drafters meet real text while every window still computes in full.
@@ -331,44 +394,23 @@ void run_parallel(const BenchOptions& o) {
   std::vector<model::State> states;
   for (int64_t i = 0; i < o.parallel; ++i) states.push_back(m.new_state(ctx));
 
-  using Clock = std::chrono::steady_clock;
-  const auto seconds_since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  const auto start = m.expert_stats();
-  const backend::BackendCounters counters_start = m.backend().counters();
-  const model::PleCounters ple_start = m.ple_counters();
-  const util::RunSample run_start = util::sample_run();
-  auto t0 = Clock::now();
+  const Mark start = mark(m);
+  const auto t0 = Clock::now();
   for (size_t s = 0; s < tokens.size(); ++s)
     for (int64_t i = 0; i < o.prompt_tokens; i += o.batch)
       m.forward(std::span(tokens[s]).subspan(size_t(i), size_t(std::min(o.batch, o.prompt_tokens - i))), states[s],
                 model::LogitsMode::Last);
   const double prefill_s = seconds_since(t0);
-  const auto after_prefill = m.expert_stats();
-  const backend::BackendCounters counters_prefill = m.backend().counters();
-  const model::PleCounters ple_prefill = m.ple_counters();
-  const util::RunSample run_prefill = util::sample_run();
+  const Mark after_prefill = mark(m);
   std::vector<model::Model::SequenceRows> rows(tokens.size());
   std::vector<std::vector<int32_t>> chosen(tokens.size());
-  const auto decode = [&](int64_t i) {
+  const DecodeRun d = run_decode_windows(m, o.prompt_tokens, first_timed, ctx, [&](int64_t i) {
     for (size_t s = 0; s < tokens.size(); ++s)
       rows[s] = {.tokens = std::span(tokens[s]).subspan(size_t(i), 1),
                  .state = &states[s],
                  .greedy = o.choose == "device" ? &chosen[s] : nullptr};
     m.forward_batch(rows);
-  };
-  t0 = Clock::now();
-  for (int64_t i = o.prompt_tokens; i < first_timed; ++i) decode(i);
-  const double warmup_s = seconds_since(t0);
-  const auto before_decode = m.expert_stats();
-  const backend::BackendCounters counters_before_decode = m.backend().counters();
-  const model::PleCounters ple_before_decode = m.ple_counters();
-  const util::RunSample run_before_decode = util::sample_run();
-  t0 = Clock::now();
-  for (int64_t i = first_timed; i < ctx; ++i) decode(i);
-  const double decode_s = seconds_since(t0);
-  const auto after_decode = m.expert_stats();
-  const backend::BackendCounters counters_decode = m.backend().counters();
-  const util::RunSample run_decode = util::sample_run();
+  });
   nlohmann::ordered_json j;
   j["model"] = o.model;
   j["experts"] = m.experts_description();
@@ -378,26 +420,9 @@ void run_parallel(const BenchOptions& o) {
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["parallel"] = o.parallel;
   j["seed"] = o.seed;
-  // The prefill phase ends where the decode phase starts (not at the end of the run).
-  const auto prefill_cache = between(start, after_prefill), decode_cache = between(before_decode, after_decode);
-  j["prefill"] = phase_json(o.prompt_tokens * o.parallel, prefill_s, prefill_cache, slot_bytes);
-  j["prefill"]["accounting"] = accounting_json(o.prompt_tokens * o.parallel, prefill_s, run_prefill.since(run_start),
-                                               prefill_cache ? prefill_cache->stall_seconds : 0.0);
-  j["decode"] = phase_json(o.gen_tokens * o.parallel, decode_s, decode_cache, slot_bytes);
-  j["decode"]["choose"] = o.choose;
-  j["decode"]["warmup"] = {{"windows", warmup}, {"seconds", warmup_s}};
-  j["decode"]["accounting"] = accounting_json(o.gen_tokens * o.parallel, decode_s, run_decode.since(run_before_decode),
-                                              decode_cache ? decode_cache->stall_seconds : 0.0);
-  if (std::string_view(m.backend().name()) != "cpu") {  // per token of all sequences together
-    j["prefill"]["backend"] = backend_json(o.prompt_tokens * o.parallel, counters_start, counters_prefill);
-    j["decode"]["backend"] = backend_json(o.gen_tokens * o.parallel, counters_before_decode, counters_decode);
-  }
-  if (m.config().has_ple()) {  // what its n-gram row reads cost
-    j["prefill"]["ple"] = ple_json(o.ple, o.prompt_tokens * o.parallel, ple_start, ple_prefill);
-    j["decode"]["ple"] = ple_json(o.ple, o.gen_tokens * o.parallel, ple_before_decode, m.ple_counters());
-  }
+  phase_reports(j, o, m, o.parallel, warmup, slot_bytes, start, prefill_s, after_prefill, d);
   j["decode"]["windows"] = o.gen_tokens;
-  j["decode"]["tok_per_s_per_sequence"] = decode_s > 0 ? double(o.gen_tokens) / decode_s : 0.0;
+  j["decode"]["tok_per_s_per_sequence"] = d.seconds > 0 ? double(o.gen_tokens) / d.seconds : 0.0;
   j["rss"] = {{"vm_hwm_bytes", proc_status_bytes("VmHWM")},
               {"vm_rss_bytes", proc_status_bytes("VmRSS")},
               {"anon_huge_pages_bytes", proc_status_bytes("AnonHugePages", "/proc/self/smaps_rollup")}};
@@ -431,43 +456,20 @@ void run_bench(const BenchOptions& o) {
   std::vector<int32_t> tokens(static_cast<size_t>(ctx));
   for (int32_t& t : tokens) t = pick(rng);
 
-  using Clock = std::chrono::steady_clock;
-  auto seconds_since = [](Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  };
   model::State state = m.new_state(ctx);
-  const auto start = m.expert_stats();
-  const backend::BackendCounters counters_start = m.backend().counters();
-  const model::PleCounters ple_start = m.ple_counters();
-  const util::RunSample run_start = util::sample_run();
-  auto t0 = Clock::now();
+  const Mark start = mark(m);
+  const auto t0 = Clock::now();
   for (int64_t i = 0; i < o.prompt_tokens; i += o.batch) {
     const int64_t n = std::min(o.batch, o.prompt_tokens - i);
     m.forward(std::span(tokens).subspan(size_t(i), size_t(n)), state, model::LogitsMode::Last);
   }
   const double prefill_s = seconds_since(t0);
-  const auto after_prefill = m.expert_stats();
-  const backend::BackendCounters counters_prefill = m.backend().counters();
-  const model::PleCounters ple_prefill = m.ple_counters();
-  const util::RunSample run_prefill = util::sample_run();
+  const Mark after_prefill = mark(m);
   std::vector<int32_t> chosen;
   const model::ForwardExtras extras{.greedy = o.choose == "device" ? &chosen : nullptr};
-  const auto decode = [&](int64_t i) {
+  const DecodeRun d = run_decode_windows(m, o.prompt_tokens, first_timed, ctx, [&](int64_t i) {
     m.forward(std::span(tokens).subspan(size_t(i), 1), state, model::LogitsMode::Last, extras);
-  };
-  t0 = Clock::now();
-  for (int64_t i = o.prompt_tokens; i < first_timed; ++i) decode(i);
-  const double warmup_s = seconds_since(t0);
-  const auto before_decode = m.expert_stats();
-  const backend::BackendCounters counters_before_decode = m.backend().counters();
-  const model::PleCounters ple_before_decode = m.ple_counters();
-  const util::RunSample run_before_decode = util::sample_run();
-  t0 = Clock::now();
-  for (int64_t i = first_timed; i < ctx; ++i) decode(i);
-  const double decode_s = seconds_since(t0);
-  const auto after_decode = m.expert_stats();
-  const backend::BackendCounters counters_decode = m.backend().counters();
-  const util::RunSample run_decode = util::sample_run();
+  });
 
   nlohmann::ordered_json j;
   j["model"] = o.model;
@@ -478,24 +480,7 @@ void run_bench(const BenchOptions& o) {
   j["expert_budget"] = o.experts.budget.empty() ? "default" : o.experts.budget;
   j["route_trace"] = o.route.trace;
   j["seed"] = o.seed;
-  // The prefill phase ends where the decode phase starts (not at the end of the run).
-  const auto prefill_cache = between(start, after_prefill), decode_cache = between(before_decode, after_decode);
-  j["prefill"] = phase_json(o.prompt_tokens, prefill_s, prefill_cache, slot_bytes);
-  j["prefill"]["accounting"] = accounting_json(o.prompt_tokens, prefill_s, run_prefill.since(run_start),
-                                               prefill_cache ? prefill_cache->stall_seconds : 0.0);
-  j["decode"] = phase_json(o.gen_tokens, decode_s, decode_cache, slot_bytes);
-  j["decode"]["choose"] = o.choose;
-  j["decode"]["warmup"] = {{"windows", warmup}, {"seconds", warmup_s}};
-  j["decode"]["accounting"] = accounting_json(o.gen_tokens, decode_s, run_decode.since(run_before_decode),
-                                              decode_cache ? decode_cache->stall_seconds : 0.0);
-  if (m.config().has_ple()) {  // what its n-gram row reads cost
-    j["prefill"]["ple"] = ple_json(o.ple, o.prompt_tokens, ple_start, ple_prefill);
-    j["decode"]["ple"] = ple_json(o.ple, o.gen_tokens, ple_before_decode, m.ple_counters());
-  }
-  if (std::string_view(m.backend().name()) != "cpu") {  // the CPU backend runs no graphs
-    j["prefill"]["backend"] = backend_json(o.prompt_tokens, counters_start, counters_prefill);
-    j["decode"]["backend"] = backend_json(o.gen_tokens, counters_before_decode, counters_decode);
-  }
+  phase_reports(j, o, m, 1, warmup, slot_bytes, start, prefill_s, after_prefill, d);
   if (streaming) {
     // Over the whole run: a phase's read_ahead_value counts the hits it got from reads of earlier
     // phases too, so it can exceed 1 where a phase reads ahead little.
